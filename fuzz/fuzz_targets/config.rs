@@ -1,0 +1,80 @@
+//! `Config::load`: the TOML config file with `PINBOARD_*` environment variables laid over it.
+//!
+//! Input: UTF-8 text. Up to a line `#%env` it is the config file; each line after it is one
+//! environment variable, `NAME=VALUE`. Beyond "no panic", it checks that:
+//! - a refusal displays as one line (the documented form of `ConfigError`);
+//! - an accepted configuration, rendered by `render_masked` and loaded back with no environment,
+//!   gives the same `Config` once the masked secrets are put back (the promise `check-config`
+//!   output rests on).
+//!
+//! Inputs that configure Ed25519 key files are skipped: `Config::load` opens each one, and a
+//! fuzzer must not open arbitrary paths (a FIFO would hang it, a device could do worse).
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use pinboard::config::Config;
+use pinboard::redis::RedisTarget;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (file, env) = text.split_once("\n#%env\n").unwrap_or((text, ""));
+    let env: Vec<(String, String)> = env
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    if names_key_files(file, &env) {
+        return;
+    }
+
+    let path = Path::new("/etc/pinboard.toml");
+    let config = match Config::load(Some((path, file)), env) {
+        Ok(config) => config,
+        Err(e) => {
+            let shown = e.to_string();
+            assert!(!shown.contains('\n'), "a multi-line error: {shown:?}");
+            return;
+        }
+    };
+
+    let rendered = config.render_masked();
+    let mut reloaded = Config::load(Some((path, &rendered)), Vec::new())
+        .unwrap_or_else(|e| panic!("the rendering does not load back ({e}):\n{rendered}"));
+    reloaded
+        .passport
+        .hs256_secret
+        .clone_from(&config.passport.hs256_secret);
+    if let (
+        RedisTarget::Single { password, .. },
+        RedisTarget::Single {
+            password: original, ..
+        },
+    ) = (&mut reloaded.redis_url, &config.redis_url)
+    {
+        password.clone_from(original);
+    }
+    assert_eq!(
+        reloaded, config,
+        "the rendering loads back differently:\n{rendered}"
+    );
+});
+
+/// Whether the file or the environment sets `passport.ed25519_public_keys` to a non-empty list.
+/// A file that is not TOML sets nothing: loading stops before any key is read.
+fn names_key_files(file: &str, env: &[(String, String)]) -> bool {
+    let in_env = env
+        .iter()
+        .any(|(name, value)| name == "PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS" && !value.is_empty());
+    let in_file = file.parse::<toml::Table>().is_ok_and(|table| {
+        table
+            .get("passport")
+            .and_then(|passport| passport.get("ed25519_public_keys"))
+            .and_then(toml::Value::as_array)
+            .is_some_and(|paths| !paths.is_empty())
+    });
+    in_env || in_file
+}

@@ -1,0 +1,48 @@
+//! `RedisTarget::parse`: the `redis_url` setting.
+//!
+//! Input: the URL text. Beyond "no panic", it checks that every accepted URL names at least one
+//! endpoint, each with a host and a non-zero port, and that its masked form (what
+//! `check-config` prints, and `Config::render_masked` promises loads back) parses to the same
+//! target with the password read as `***`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use pinboard::redis::{Endpoint, RedisTarget};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(url) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(target) = RedisTarget::parse(url) else {
+        return;
+    };
+
+    let endpoints: &[Endpoint] = match &target {
+        RedisTarget::Single { endpoint, .. } => std::slice::from_ref(endpoint),
+        RedisTarget::Cluster { seeds } => seeds,
+    };
+    assert!(!endpoints.is_empty(), "{url:?} named no endpoint");
+    for endpoint in endpoints {
+        assert!(!endpoint.host.is_empty(), "{url:?} gave an empty host");
+        assert_ne!(endpoint.port, 0, "{url:?} gave port 0");
+    }
+
+    let masked = target.masked();
+    let expected = match target {
+        RedisTarget::Single {
+            endpoint,
+            password,
+            db,
+        } => RedisTarget::Single {
+            endpoint,
+            password: password.map(|_| "***".to_owned()),
+            db,
+        },
+        cluster => cluster,
+    };
+    assert_eq!(
+        RedisTarget::parse(&masked),
+        Ok(expected),
+        "{url:?} was masked as {masked:?}"
+    );
+});

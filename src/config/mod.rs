@@ -1,0 +1,1083 @@
+//! The node's configuration (contract §1, §5): defaults, overlaid by an optional TOML file,
+//! overlaid by `PINBOARD_*` environment variables. Every key is validated before anything starts,
+//! so a bad value stops startup with one line naming the key; and the effective configuration is
+//! rendered back as TOML, secrets masked, for `pinboard check-config`.
+//!
+//! `keys` holds the one table of settings (name, parser, environment form, rendering); `env`
+//! maps environment variables onto that table.
+
+mod env;
+mod keys;
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use toml::{Table, Value};
+
+use crate::redis::RedisTarget;
+
+/// Everything a node needs to start. Build it with [`Config::load`]; every field has already been
+/// validated there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Address of the listening socket; each event-loop thread binds its own `SO_REUSEPORT`
+    /// listener on it. Default `127.0.0.1:8080`; an IP literal, not a host name.
+    pub listen: SocketAddr,
+    /// Event-loop threads, at most 1024. Default 0 = one per available core (resolved by the
+    /// runtime, not here).
+    pub threads: usize,
+    /// I/O driver: `auto` (io_uring, epoll where the kernel refuses it), `io_uring`, `epoll`.
+    pub driver: DriverKind,
+    /// Where Redis lives: `redis://[:password@]host:port[/db]`, or
+    /// `redis-cluster://host:port[,host:port…]` for Redis Cluster seeds.
+    /// Default `redis://127.0.0.1:6379`.
+    pub redis_url: RedisTarget,
+    /// Prefix of every Redis key. Default `pinboard:`; non-empty, without whitespace, `{` or `}`
+    /// (braces would break the `{bucket}` cluster hash tag in the key layout).
+    pub prefix: String,
+    /// Number of placement buckets, 1–16384 (the number of Redis Cluster hash slots). Default 16.
+    /// Part of the fleet license: every node of a fleet must agree.
+    pub shards: u32,
+    /// Hostname-aware mode: placements are keyed by the request's Host and workers bind
+    /// (hostname, namespace) to an env. Default false. Part of the fleet license.
+    pub hostname_aware: bool,
+    /// Worker lease TTL in ms, 1000–3600000. Default 15000. Below a second a heartbeat (which
+    /// re-probes the worker) cannot reliably renew in time; above an hour a dead worker keeps its
+    /// placements, and a cold-started bucket its quarantine, for longer than anyone would want,
+    /// so a larger value is almost certainly a unit mistake.
+    pub lease_ttl_ms: u64,
+    /// Timeout of the registration / heartbeat challenge probe in ms, 1–86400000. Default 2500.
+    pub verify_timeout_ms: u64,
+    /// Prefix of `/registry/*` and of the data plane; `/healthz`, `/readyz` and `/metrics` stay at
+    /// the root. Default "" (the root); otherwise a path like `/edge`: a leading `/`, no trailing
+    /// `/`, no empty segment, no `?`, `#` or whitespace. Nothing is normalised: write it exactly.
+    pub base_path: String,
+    /// Affinity is honoured while the preferred worker's headroom ≥ mean / balance_factor.
+    /// A finite number ≥ 1.0; default 2.0. 1.0 drops affinity as soon as a worker is below mean.
+    pub balance_factor: f64,
+    /// What keeps a client on the same worker: `ip` (the client address, see `trusted_proxies`),
+    /// `none`, `header:NAME`, `query:NAME` or `cookie:NAME`. Default `ip`.
+    pub affinity: Affinity,
+    /// Peers whose `X-Forwarded-For` is believed when computing the client address: CIDRs, a bare
+    /// IP meaning /32 (IPv4) or /128 (IPv6). Default empty: the peer address is the client.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Limits on forwards to workers.
+    pub forwards: Forwards,
+    /// Serve `GET /metrics`. Default true.
+    pub metrics: bool,
+    /// This node's fleet-license epoch: a node with a higher epoch takes the license over.
+    /// Default 0; at most 2^63 − 1 (TOML integers are signed 64-bit).
+    pub fleet_epoch: u64,
+    /// This node's name in cluster membership: non-empty, no whitespace. Default: random at
+    /// start (`node-` + 12 hex digits), so set it when a stable name matters.
+    pub node_id: String,
+    /// Keys that verify Passport credentials. At least one must be configured.
+    pub passport: PassportConfig,
+    /// Data-plane Passport rules, keyed by namespace (`"/ns"`). Only namespaces listed here
+    /// require a credential. Set in the file only (contract §5):
+    /// `[namespaces."/ns"]` / `scopes = ["read"]`.
+    pub namespaces: BTreeMap<String, NamespaceRule>,
+    /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
+    pub http: HttpLimits,
+}
+
+/// The event-loop I/O driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverKind {
+    /// io_uring, falling back to epoll where the kernel refuses it.
+    Auto,
+    IoUring,
+    Epoll,
+}
+
+/// What keeps a client on the same worker (rendezvous-hashed over candidates).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Affinity {
+    /// The client address (the peer, or `X-Forwarded-For` from a trusted proxy).
+    Ip,
+    /// No preference: power-of-two choice only.
+    None,
+    /// A request header's value; the name is stored lowercased.
+    Header(String),
+    /// A query parameter's value.
+    Query(String),
+    /// A cookie's value.
+    Cookie(String),
+}
+
+/// Limits on forwards to workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forwards {
+    /// Upstream timeout in ms, 1–86400000: 504 `upstream timeout` past it. Default 30000.
+    pub timeout_ms: u64,
+    /// In-flight forwards per worker, > 0: 503 past it. Default 1024.
+    pub max_inflight: u32,
+}
+
+/// Keys that verify Passport credentials (contract §2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassportConfig {
+    /// Shared secret for HS256 credentials. Unset by default; when set, non-empty.
+    pub hs256_secret: Option<String>,
+    /// PEM files of Ed25519 public keys for EdDSA credentials. Each must be a readable file;
+    /// relative paths are taken from the working directory. Default empty.
+    pub ed25519_public_keys: Vec<PathBuf>,
+    /// When set (non-empty), a credential's `iss` must equal it.
+    pub issuer: Option<String>,
+    /// When set (non-empty), a credential's `aud` must equal (or contain) it.
+    pub audience: Option<String>,
+}
+
+/// A data-plane Passport rule for one namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceRule {
+    /// Scopes a credential for the namespace must all carry: non-empty, each without whitespace
+    /// (credential scopes are space-separated, so such a scope could never match).
+    pub scopes: Vec<String>,
+}
+
+/// Limits of the HTTP front end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Time allowed for a request's headers to arrive, in ms, 1–86400000. Default 10000.
+    pub header_timeout_ms: u64,
+    /// How long an idle keep-alive connection is kept, in ms, 1–86400000. Default 75000.
+    pub idle_timeout_ms: u64,
+    /// Largest request head (request line + headers) in bytes, 1024–1048576: 431 past it.
+    /// Default 16384.
+    pub max_header_bytes: usize,
+    /// On shutdown, how long in-flight requests may finish, in ms, 0–86400000. Default 10000.
+    pub shutdown_grace_ms: u64,
+}
+
+/// Why the configuration was refused. Displays as one line naming the key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("config error: {key}: {message}")]
+pub struct ConfigError {
+    /// The offending key (dotted, as in the file), environment variable, or file path.
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl Default for Config {
+    /// The documented defaults, with a fresh random `node_id`. No Passport key is configured, so
+    /// this alone does not pass [`Config::load`].
+    fn default() -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            threads: 0,
+            driver: DriverKind::Auto,
+            redis_url: RedisTarget::parse("redis://127.0.0.1:6379")
+                .expect("the default Redis URL parses"),
+            prefix: "pinboard:".into(),
+            shards: 16,
+            hostname_aware: false,
+            lease_ttl_ms: 15_000,
+            verify_timeout_ms: 2_500,
+            base_path: String::new(),
+            balance_factor: 2.0,
+            affinity: Affinity::Ip,
+            trusted_proxies: Vec::new(),
+            forwards: Forwards {
+                timeout_ms: 30_000,
+                max_inflight: 1024,
+            },
+            metrics: true,
+            fleet_epoch: 0,
+            node_id: format!("node-{:012x}", rand::random::<u64>() >> 16),
+            passport: PassportConfig::default(),
+            namespaces: BTreeMap::new(),
+            http: HttpLimits {
+                header_timeout_ms: 10_000,
+                idle_timeout_ms: 75_000,
+                max_header_bytes: 16 * 1024,
+                shutdown_grace_ms: 10_000,
+            },
+        }
+    }
+}
+
+impl Config {
+    /// `file`: the TOML text of the config file and its path (for messages), if any. `env`: the
+    /// process environment (`std::env::vars()` in production, a fixed list in tests).
+    /// Environment variables win over the file, the file over the defaults.
+    pub fn load(
+        file: Option<(&Path, &str)>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut table = match file {
+            Some((path, text)) => parse_file(path, text)?,
+            None => Table::new(),
+        };
+        let origins = Origins {
+            file: file.map(|(path, _)| path),
+            env: env::overlay(&mut table, env)?,
+        };
+        let mut config = Config::default();
+        keys::apply(&mut config, &table).map_err(|e| origins.annotate(e))?;
+        config.require_passport_key()?;
+        config.check_key_files().map_err(|e| origins.annotate(e))?;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML text, with `passport.hs256_secret` and the Redis
+    /// password shown as `***`. With the secrets put back, loading the text gives this `Config`.
+    pub fn render_masked(&self) -> String {
+        let mut out = String::new();
+        let mut section = "";
+        for key in keys::KEYS {
+            let Some(value) = (key.render)(self) else {
+                continue;
+            };
+            let value = if key.secret {
+                Value::String("***".into())
+            } else {
+                value
+            };
+            // KEYS lists every top-level key before the first table, and each table's keys
+            // together, so one header per change of table is a valid document.
+            let (table, leaf) = key.name.rsplit_once('.').unwrap_or(("", key.name));
+            if table != section {
+                section = table;
+                let _ = write!(out, "\n[{table}]\n");
+            }
+            let _ = writeln!(out, "{leaf} = {value}");
+        }
+        for (ns, rule) in &self.namespaces {
+            let scopes: Vec<Value> = rule.scopes.iter().cloned().map(Value::String).collect();
+            let _ = write!(
+                out,
+                "\n[namespaces.{}]\nscopes = {}\n",
+                Value::String(ns.clone()),
+                Value::Array(scopes)
+            );
+        }
+        out
+    }
+
+    fn require_passport_key(&self) -> Result<(), ConfigError> {
+        let passport = &self.passport;
+        if passport.hs256_secret.is_none() && passport.ed25519_public_keys.is_empty() {
+            return Err(ConfigError::new(
+                "passport",
+                "no Passport key configured (there is no unauthenticated registry): set \
+                 passport.hs256_secret (PINBOARD_PASSPORT__HS256_SECRET) or \
+                 passport.ed25519_public_keys",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The PEM contents are parsed where the keys are used; here only that they can be read.
+    fn check_key_files(&self) -> Result<(), ConfigError> {
+        for path in &self.passport.ed25519_public_keys {
+            readable_file(path).map_err(|why| {
+                ConfigError::new(
+                    "passport.ed25519_public_keys",
+                    format!("cannot read {}: {why}", path.display()),
+                )
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn readable_file(path: &Path) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // Opening a directory succeeds on Linux; reading it later would not.
+    match file.metadata() {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err("not a regular file".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<Table, ConfigError> {
+    text.parse::<Table>().map_err(|e| {
+        let at = e.span().map_or(String::new(), |span| {
+            let before = &text[..span.start];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!(" at line {line}, column {column}")
+        });
+        let why = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+        ConfigError::new(
+            path.display().to_string(),
+            format!("not valid TOML{at}: {why}"),
+        )
+    })
+}
+
+/// Where each key's value came from, so a message can point the operator at the right place.
+struct Origins<'a> {
+    file: Option<&'a Path>,
+    /// Dotted key → the environment variable that set it.
+    env: BTreeMap<String, String>,
+}
+
+impl Origins<'_> {
+    fn annotate(&self, mut e: ConfigError) -> ConfigError {
+        if let Some(var) = self.env.get(&e.key) {
+            e.message = format!("{} (from {var})", e.message);
+        } else if let Some(path) = self.file {
+            e.message = format!("{} (in {})", e.message, path.display());
+        }
+        e
+    }
+}
+
+impl DriverKind {
+    const WORDS: [(DriverKind, &'static str); 3] = [
+        (DriverKind::Auto, "auto"),
+        (DriverKind::IoUring, "io_uring"),
+        (DriverKind::Epoll, "epoll"),
+    ];
+}
+
+impl fmt::Display for DriverKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (_, word) = Self::WORDS
+            .iter()
+            .find(|(kind, _)| kind == self)
+            .expect("every driver has a word");
+        f.write_str(word)
+    }
+}
+
+impl FromStr for DriverKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<DriverKind, String> {
+        Self::WORDS
+            .iter()
+            .find(|(_, word)| *word == s)
+            .map(|(kind, _)| *kind)
+            .ok_or_else(|| format!(r#"expected "auto", "io_uring" or "epoll", got {s:?}"#))
+    }
+}
+
+impl fmt::Display for Affinity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Affinity::Ip => f.write_str("ip"),
+            Affinity::None => f.write_str("none"),
+            Affinity::Header(name) => write!(f, "header:{name}"),
+            Affinity::Query(name) => write!(f, "query:{name}"),
+            Affinity::Cookie(name) => write!(f, "cookie:{name}"),
+        }
+    }
+}
+
+impl FromStr for Affinity {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Affinity, String> {
+        match s.split_once(':') {
+            None if s == "ip" => Ok(Affinity::Ip),
+            None if s == "none" => Ok(Affinity::None),
+            Some(("header", name)) if is_token(name) => {
+                Ok(Affinity::Header(name.to_ascii_lowercase()))
+            }
+            // Cookie names are tokens too (RFC 6265 §4.1.1).
+            Some(("cookie", name)) if is_token(name) => Ok(Affinity::Cookie(name.into())),
+            // A name holding these could never match a parameter of a query string.
+            Some(("query", name))
+                if !name.is_empty()
+                    && !name.contains(|c: char| c.is_whitespace() || "&=#".contains(c)) =>
+            {
+                Ok(Affinity::Query(name.into()))
+            }
+            _ => Err(format!(
+                r#"expected "ip", "none", "header:NAME", "query:NAME" or "cookie:NAME" (NAME non-empty; a header or cookie NAME an HTTP token), got {s:?}"#
+            )),
+        }
+    }
+}
+
+/// An HTTP token (RFC 9110 §5.6.2): what a header name may be.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: (&str, &str) = ("PINBOARD_PASSPORT__HS256_SECRET", "s3cret");
+
+    type Vars = &'static [(&'static str, &'static str)];
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn from_file(text: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::load(Some((Path::new("/etc/pinboard.toml"), text)), env(vars))
+    }
+
+    /// A file setting every key to something other than its default.
+    const FULL_FILE: &str = r#"
+listen = "0.0.0.0:9000"
+threads = 4
+driver = "epoll"
+redis_url = "redis://:pw@10.0.0.5:6380/3"
+prefix = "pb:"
+shards = 64
+hostname_aware = true
+lease_ttl_ms = 20000
+verify_timeout_ms = 1000
+base_path = "/edge"
+balance_factor = 1.5
+affinity = "header:X-User"
+trusted_proxies = ["10.0.0.0/8", "::1"]
+metrics = false
+fleet_epoch = 7
+node_id = "edge-1"
+
+[forwards]
+timeout_ms = 5000
+max_inflight = 10
+
+[passport]
+hs256_secret = "file-secret"
+ed25519_public_keys = []
+issuer = "https://issuer.example"
+audience = "pinboard"
+
+[namespaces."/threads"]
+scopes = ["threads:read", "threads:write"]
+
+[http]
+header_timeout_ms = 1000
+idle_timeout_ms = 2000
+max_header_bytes = 4096
+shutdown_grace_ms = 0
+"#;
+
+    fn full() -> Config {
+        Config {
+            listen: "0.0.0.0:9000".parse().unwrap(),
+            threads: 4,
+            driver: DriverKind::Epoll,
+            redis_url: RedisTarget::parse("redis://:pw@10.0.0.5:6380/3").unwrap(),
+            prefix: "pb:".into(),
+            shards: 64,
+            hostname_aware: true,
+            lease_ttl_ms: 20_000,
+            verify_timeout_ms: 1_000,
+            base_path: "/edge".into(),
+            balance_factor: 1.5,
+            affinity: Affinity::Header("x-user".into()),
+            trusted_proxies: vec!["10.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
+            forwards: Forwards {
+                timeout_ms: 5_000,
+                max_inflight: 10,
+            },
+            metrics: false,
+            fleet_epoch: 7,
+            node_id: "edge-1".into(),
+            passport: PassportConfig {
+                hs256_secret: Some("file-secret".into()),
+                ed25519_public_keys: vec![],
+                issuer: Some("https://issuer.example".into()),
+                audience: Some("pinboard".into()),
+            },
+            namespaces: BTreeMap::from([(
+                "/threads".to_string(),
+                NamespaceRule {
+                    scopes: vec!["threads:read".into(), "threads:write".into()],
+                },
+            )]),
+            http: HttpLimits {
+                header_timeout_ms: 1_000,
+                idle_timeout_ms: 2_000,
+                max_header_bytes: 4096,
+                shutdown_grace_ms: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let config = Config::load(None, env(&[SECRET])).unwrap();
+        let expected = Config {
+            node_id: config.node_id.clone(),
+            passport: PassportConfig {
+                hs256_secret: Some("s3cret".into()),
+                ..PassportConfig::default()
+            },
+            ..Config::default()
+        };
+        assert_eq!(config, expected);
+        assert_eq!(config.redis_url.masked(), "redis://127.0.0.1:6379/0");
+        let hex = config.node_id.strip_prefix("node-").unwrap();
+        assert_eq!(hex.len(), 12);
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        let other = Config::load(None, env(&[SECRET])).unwrap();
+        assert_ne!(config.node_id, other.node_id, "node_id is random per start");
+    }
+
+    #[test]
+    fn file_only() {
+        assert_eq!(from_file(FULL_FILE, &[]).unwrap(), full());
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let config = from_file(
+            FULL_FILE,
+            &[
+                ("PINBOARD_SHARDS", "128"),
+                ("PINBOARD_FORWARDS__TIMEOUT_MS", "7000"),
+                ("PINBOARD_PASSPORT__HS256_SECRET", "env-secret"),
+                ("PINBOARD_TRUSTED_PROXIES", ""),
+                ("PINBOARD_PASSPORT__ISSUER", ""),
+                ("PINBOARD_CONFIG", "/etc/pinboard.toml"),
+                ("PINBOARD_LOG", "debug"),
+                ("HOME", "/root"),
+            ],
+        )
+        .unwrap();
+        let mut expected = full();
+        expected.shards = 128;
+        expected.forwards.timeout_ms = 7_000;
+        expected.passport.hs256_secret = Some("env-secret".into());
+        expected.trusted_proxies = vec![];
+        expected.passport.issuer = None;
+        assert_eq!(config, expected);
+    }
+
+    #[test]
+    fn every_key_has_an_environment_form() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.pem"), dir.path().join("b.pem"));
+        std::fs::write(&a, "pem").unwrap();
+        std::fs::write(&b, "pem").unwrap();
+        let keys = format!("{}, {}", a.display(), b.display());
+        let vars = [
+            ("PINBOARD_LISTEN", "0.0.0.0:9000"),
+            ("PINBOARD_THREADS", "4"),
+            ("PINBOARD_DRIVER", "epoll"),
+            ("PINBOARD_REDIS_URL", "redis://:pw@10.0.0.5:6380/3"),
+            ("PINBOARD_PREFIX", "pb:"),
+            ("PINBOARD_SHARDS", "64"),
+            ("PINBOARD_HOSTNAME_AWARE", "true"),
+            ("PINBOARD_LEASE_TTL_MS", "20000"),
+            ("PINBOARD_VERIFY_TIMEOUT_MS", "1000"),
+            ("PINBOARD_BASE_PATH", "/edge"),
+            ("PINBOARD_BALANCE_FACTOR", "1.5"),
+            ("PINBOARD_AFFINITY", "header:X-User"),
+            ("PINBOARD_TRUSTED_PROXIES", "10.0.0.0/8,::1"),
+            ("PINBOARD_FORWARDS__TIMEOUT_MS", "5000"),
+            ("PINBOARD_FORWARDS__MAX_INFLIGHT", "10"),
+            ("PINBOARD_METRICS", "false"),
+            ("PINBOARD_FLEET_EPOCH", "7"),
+            ("PINBOARD_NODE_ID", "edge-1"),
+            ("PINBOARD_PASSPORT__HS256_SECRET", "file-secret"),
+            ("PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS", &keys),
+            ("PINBOARD_PASSPORT__ISSUER", "https://issuer.example"),
+            ("PINBOARD_PASSPORT__AUDIENCE", "pinboard"),
+            ("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "1000"),
+            ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "2000"),
+            ("PINBOARD_HTTP__MAX_HEADER_BYTES", "4096"),
+            ("PINBOARD_HTTP__SHUTDOWN_GRACE_MS", "0"),
+        ];
+        assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
+        let config = Config::load(None, env(&vars)).unwrap();
+        let mut expected = full();
+        expected.namespaces.clear();
+        expected.passport.ed25519_public_keys = vec![a, b];
+        assert_eq!(config, expected);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        // (file text, environment, key, a fragment of the message)
+        let cases: &[(&str, Vars, &str, &str)] = &[
+            ("listen = \"localhost:80\"", &[], "listen", "127.0.0.1:8080"),
+            ("listen = 80", &[], "listen", "expected a string, got 80"),
+            (
+                "",
+                &[("PINBOARD_LISTEN", "1.2.3.4")],
+                "listen",
+                "PINBOARD_LISTEN",
+            ),
+            ("threads = 1025", &[], "threads", "from 0 to 1024, got 1025"),
+            ("threads = -1", &[], "threads", "got -1"),
+            ("threads = 1.5", &[], "threads", "got 1.5"),
+            ("driver = \"uring\"", &[], "driver", "got \"uring\""),
+            (
+                "redis_url = \"http://x:1\"",
+                &[],
+                "redis_url",
+                "expected redis://",
+            ),
+            (
+                "redis_url = \"redis://h\"",
+                &[],
+                "redis_url",
+                "not host:port",
+            ),
+            ("prefix = \"\"", &[], "prefix", "got \"\""),
+            ("prefix = \"a b\"", &[], "prefix", "whitespace"),
+            ("prefix = \"pb{x}:\"", &[], "prefix", "hash tag"),
+            (
+                "shards = \"x\"",
+                &[],
+                "shards",
+                "from 1 to 16384, got \"x\"",
+            ),
+            ("shards = 0", &[], "shards", "got 0"),
+            ("shards = 16385", &[], "shards", "got 16385"),
+            (
+                "",
+                &[("PINBOARD_SHARDS", "abc")],
+                "shards",
+                "got \"abc\" (from PINBOARD_SHARDS)",
+            ),
+            ("", &[("PINBOARD_SHARDS", "")], "shards", "got \"\""),
+            (
+                "hostname_aware = \"yes\"",
+                &[],
+                "hostname_aware",
+                "true or false",
+            ),
+            (
+                "",
+                &[("PINBOARD_METRICS", "1")],
+                "metrics",
+                "true or false, got \"1\"",
+            ),
+            (
+                "lease_ttl_ms = 999",
+                &[],
+                "lease_ttl_ms",
+                "from 1000 to 3600000",
+            ),
+            ("lease_ttl_ms = 3600001", &[], "lease_ttl_ms", "got 3600001"),
+            ("verify_timeout_ms = 0", &[], "verify_timeout_ms", "got 0"),
+            ("base_path = \"edge\"", &[], "base_path", "got \"edge\""),
+            ("base_path = \"/\"", &[], "base_path", "got \"/\""),
+            ("base_path = \"/edge/\"", &[], "base_path", "trailing"),
+            ("base_path = \"/a//b\"", &[], "base_path", "got \"/a//b\""),
+            ("base_path = \"/a?b\"", &[], "base_path", "got \"/a?b\""),
+            ("base_path = \"/a b\"", &[], "base_path", "got \"/a b\""),
+            (
+                "balance_factor = 0.5",
+                &[],
+                "balance_factor",
+                "≥ 1.0, got 0.5",
+            ),
+            ("balance_factor = nan", &[], "balance_factor", "got nan"),
+            ("balance_factor = inf", &[], "balance_factor", "got inf"),
+            (
+                "",
+                &[("PINBOARD_BALANCE_FACTOR", "inf")],
+                "balance_factor",
+                "got inf",
+            ),
+            ("balance_factor = true", &[], "balance_factor", "got true"),
+            ("affinity = \"header:\"", &[], "affinity", "header:NAME"),
+            (
+                "affinity = \"header:a b\"",
+                &[],
+                "affinity",
+                "got \"header:a b\"",
+            ),
+            ("affinity = \"query:\"", &[], "affinity", "got \"query:\""),
+            (
+                "affinity = \"cookie:a;b\"",
+                &[],
+                "affinity",
+                "got \"cookie:a;b\"",
+            ),
+            ("affinity = \"IP\"", &[], "affinity", "got \"IP\""),
+            (
+                "trusted_proxies = \"10.0.0.0/8\"",
+                &[],
+                "trusted_proxies",
+                "expected an array",
+            ),
+            (
+                "trusted_proxies = [\"10.0.0.0/33\"]",
+                &[],
+                "trusted_proxies",
+                "item 1",
+            ),
+            (
+                "",
+                &[("PINBOARD_TRUSTED_PROXIES", "::1,,")],
+                "trusted_proxies",
+                "item 2",
+            ),
+            (
+                "forwards.timeout_ms = \"abc\"",
+                &[],
+                "forwards.timeout_ms",
+                "got \"abc\"",
+            ),
+            (
+                "forwards.max_inflight = 0",
+                &[],
+                "forwards.max_inflight",
+                "got 0",
+            ),
+            ("forwards = 5", &[], "forwards", "expected a table, got 5"),
+            (
+                "forwards = 5",
+                &[("PINBOARD_FORWARDS__TIMEOUT_MS", "1")],
+                "forwards",
+                "table",
+            ),
+            ("fleet_epoch = -1", &[], "fleet_epoch", "got -1"),
+            (
+                "",
+                &[("PINBOARD_FLEET_EPOCH", "18446744073709551615")],
+                "fleet_epoch",
+                "got",
+            ),
+            ("node_id = \"\"", &[], "node_id", "got \"\""),
+            ("node_id = \"a b\"", &[], "node_id", "got \"a b\""),
+            (
+                "passport.hs256_secret = 5",
+                &[],
+                "passport.hs256_secret",
+                "expected a string",
+            ),
+            (
+                "passport.hs256_secret = \"\"",
+                &[],
+                "passport.hs256_secret",
+                "non-empty",
+            ),
+            (
+                "passport.issuer = \"\"",
+                &[],
+                "passport.issuer",
+                "non-empty",
+            ),
+            (
+                "passport.ed25519_public_keys = [\"\"]",
+                &[],
+                "passport.ed25519_public_keys",
+                "item 1",
+            ),
+            (
+                "http.max_header_bytes = 1023",
+                &[],
+                "http.max_header_bytes",
+                "got 1023",
+            ),
+            (
+                "http.idle_timeout_ms = 0",
+                &[],
+                "http.idle_timeout_ms",
+                "got 0",
+            ),
+            (
+                "http.shutdown_grace_ms = -1",
+                &[],
+                "http.shutdown_grace_ms",
+                "got -1",
+            ),
+        ];
+        for (file, vars, key, fragment) in cases {
+            let mut vars = vars.to_vec();
+            // The secret from the environment would override a bad one in the file.
+            if !file.contains("hs256_secret") {
+                vars.push(SECRET);
+            }
+            let e = from_file(file, &vars).expect_err(file);
+            assert_eq!(e.key, *key, "{file} {vars:?}: {e}");
+            assert!(e.message.contains(fragment), "{file} {vars:?}: {e}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn error_says_where_the_value_came_from() {
+        let e = from_file("shards = 0", &[SECRET]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config error: shards: expected a whole number from 1 to 16384, got 0 \
+             (in /etc/pinboard.toml)"
+        );
+        let e = Config::load(
+            None,
+            env(&[SECRET, ("PINBOARD_FORWARDS__TIMEOUT_MS", "abc")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config error: forwards.timeout_ms: expected a whole number from 1 to 86400000, \
+             got \"abc\" (from PINBOARD_FORWARDS__TIMEOUT_MS)"
+        );
+    }
+
+    #[test]
+    fn unparseable_toml_is_one_line_naming_the_file() {
+        let e = from_file("shards = 1\nlisten = \n", &[SECRET]).unwrap_err();
+        assert_eq!(e.key, "/etc/pinboard.toml");
+        assert!(e.message.starts_with("not valid TOML at line 2"), "{e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+        let e = from_file("shards = 1\nshards = 2\n", &[SECRET]).unwrap_err();
+        assert_eq!(e.key, "/etc/pinboard.toml", "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let cases: &[(&str, Vars, &str)] = &[
+            ("shard = 4", &[], "shard"),
+            ("[forwards]\ntimeout = 4", &[], "forwards.timeout"),
+            ("[passport]\nsecret = \"x\"", &[], "passport.secret"),
+            ("[cache]\nsize = 1", &[], "cache"),
+            ("forwards.timeout_ms.x = 1", &[], "forwards.timeout_ms"),
+            (
+                "[namespaces.\"/a\"]\nscopes = [\"x\"]\nscope = \"y\"",
+                &[],
+                "namespaces.\"/a\".scope",
+            ),
+            ("", &[("PINBOARD_SHARD", "4")], "PINBOARD_SHARD"),
+            (
+                "",
+                &[("PINBOARD_FORWARDS_TIMEOUT_MS", "4")],
+                "PINBOARD_FORWARDS_TIMEOUT_MS",
+            ),
+            ("", &[("PINBOARD_FORWARDS", "4")], "PINBOARD_FORWARDS"),
+            ("", &[("PINBOARD_NAMESPACES", "x")], "PINBOARD_NAMESPACES"),
+        ];
+        for (file, vars, key) in cases {
+            let mut vars = vars.to_vec();
+            vars.push(SECRET);
+            let e = from_file(file, &vars).unwrap_err();
+            assert_eq!(e.key, *key, "{file} {vars:?}: {e}");
+        }
+        let e = Config::load(None, env(&[SECRET, ("PINBOARD_NAMESPACES__X", "y")])).unwrap_err();
+        assert!(e.message.contains("config file only"), "{e}");
+    }
+
+    #[test]
+    fn a_passport_key_is_required() {
+        let e = Config::load(None, env(&[])).unwrap_err();
+        assert_eq!(e.key, "passport");
+        let e = from_file("", &[]).unwrap_err();
+        assert!(
+            !e.message.contains("pinboard.toml"),
+            "not the file's fault: {e}"
+        );
+        // An empty variable unsets the file's secret.
+        let e = from_file(
+            "passport.hs256_secret = \"x\"",
+            &[("PINBOARD_PASSPORT__HS256_SECRET", "")],
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "passport", "{e}");
+    }
+
+    #[test]
+    fn ed25519_key_files_must_be_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("key.pem");
+        std::fs::write(&pem, "pem").unwrap();
+        let file = format!(
+            "passport.ed25519_public_keys = [{:?}]",
+            pem.display().to_string()
+        );
+        let config = from_file(&file, &[]).unwrap();
+        assert_eq!(config.passport.ed25519_public_keys, vec![pem.clone()]);
+        assert_eq!(config.passport.hs256_secret, None);
+
+        let missing = dir.path().join("missing.pem");
+        let var = [(
+            "PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS",
+            missing.to_str().unwrap(),
+        )];
+        let e = from_file(&file, &var).unwrap_err();
+        assert_eq!(e.key, "passport.ed25519_public_keys");
+        assert!(e.message.contains("missing.pem"), "{e}");
+        assert!(
+            e.message
+                .ends_with("(from PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS)"),
+            "{e}"
+        );
+
+        let var = [(
+            "PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS",
+            dir.path().to_str().unwrap(),
+        )];
+        let e = from_file(&file, &var).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn namespaces_table() {
+        let good = r#"
+            [namespaces."/a"]
+            scopes = ["read"]
+            [namespaces."/b-c.d"]
+            scopes = ["x", "y:z"]
+        "#;
+        let config = from_file(good, &[SECRET]).unwrap();
+        assert_eq!(
+            config.namespaces.keys().collect::<Vec<_>>(),
+            ["/a", "/b-c.d"]
+        );
+        assert_eq!(config.namespaces["/b-c.d"].scopes, ["x", "y:z"]);
+
+        let bad: &[(&str, &str, &str)] = &[
+            ("namespaces = 1", "namespaces", "expected a table"),
+            (
+                "namespaces.a.scopes = [\"x\"]",
+                "namespaces.a",
+                "\"/\" and one path segment",
+            ),
+            (
+                "namespaces.\"/\".scopes = [\"x\"]",
+                "namespaces.\"/\"",
+                "segment",
+            ),
+            (
+                "namespaces.\"/a/b\".scopes = [\"x\"]",
+                "namespaces.\"/a/b\"",
+                "segment",
+            ),
+            (
+                "namespaces.\"/a b\".scopes = [\"x\"]",
+                "namespaces.\"/a b\"",
+                "segment",
+            ),
+            (
+                "namespaces.\"/a\" = [\"x\"]",
+                "namespaces.\"/a\"",
+                "expected a table",
+            ),
+            (
+                "[namespaces.\"/a\"]",
+                "namespaces.\"/a\".scopes",
+                "required",
+            ),
+            (
+                "namespaces.\"/a\".scopes = []",
+                "namespaces.\"/a\".scopes",
+                "non-empty",
+            ),
+            (
+                "namespaces.\"/a\".scopes = \"x\"",
+                "namespaces.\"/a\".scopes",
+                "array",
+            ),
+            (
+                "namespaces.\"/a\".scopes = [\"\"]",
+                "namespaces.\"/a\".scopes",
+                "item 1",
+            ),
+            (
+                "namespaces.\"/a\".scopes = [\"x\", \"a b\"]",
+                "namespaces.\"/a\".scopes",
+                "item 2",
+            ),
+            (
+                "namespaces.\"/a\".scopes = [1]",
+                "namespaces.\"/a\".scopes",
+                "item 1",
+            ),
+        ];
+        for (file, key, fragment) in bad {
+            let e = from_file(file, &[SECRET]).unwrap_err();
+            assert_eq!(e.key, *key, "{file}: {e}");
+            assert!(e.message.contains(fragment), "{file}: {e}");
+        }
+    }
+
+    #[test]
+    fn render_masks_secrets_and_round_trips() {
+        let config = full();
+        let text = config.render_masked();
+        assert!(!text.contains("pw@"), "{text}");
+        assert!(!text.contains("file-secret"), "{text}");
+        assert!(
+            text.contains("redis_url = \"redis://:***@10.0.0.5:6380/3\""),
+            "{text}"
+        );
+        assert!(text.contains("hs256_secret = \"***\""), "{text}");
+        // The Redis URL is rendered before the passport section.
+        let unmasked = text
+            .replacen("***", "pw", 1)
+            .replacen("***", "file-secret", 1);
+        assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
+
+        let defaults = Config::load(None, env(&[SECRET])).unwrap();
+        let unmasked = defaults.render_masked().replace("***", "s3cret");
+        assert_eq!(from_file(&unmasked, &[]).unwrap(), defaults);
+    }
+
+    #[test]
+    fn render_keeps_odd_but_valid_values() {
+        let mut config = Config::load(None, env(&[SECRET])).unwrap();
+        config.balance_factor = 1.1;
+        config.affinity = Affinity::Query("q\"x".into());
+        config.passport.issuer = Some("it's \"quoted\" \\ here".into());
+        config.redis_url = RedisTarget::parse("redis-cluster://a:7000,[::1]:7001").unwrap();
+        config.fleet_epoch = i64::MAX as u64;
+        let unmasked = config.render_masked().replace("***", "s3cret");
+        assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
+    }
+
+    #[test]
+    fn driver_words_round_trip() {
+        for (kind, word) in DriverKind::WORDS {
+            assert_eq!(kind.to_string(), word);
+            assert_eq!(word.parse::<DriverKind>(), Ok(kind));
+        }
+    }
+
+    #[test]
+    fn affinity_forms() {
+        for (text, affinity) in [
+            ("ip", Affinity::Ip),
+            ("none", Affinity::None),
+            (
+                "header:X-Session-Id",
+                Affinity::Header("x-session-id".into()),
+            ),
+            ("query:sid", Affinity::Query("sid".into())),
+            ("cookie:SID", Affinity::Cookie("SID".into())),
+        ] {
+            assert_eq!(text.parse::<Affinity>(), Ok(affinity.clone()));
+            assert_eq!(
+                affinity.to_string().parse::<Affinity>(),
+                Ok(affinity),
+                "Display parses back"
+            );
+        }
+        for bad in [
+            "",
+            "ip:x",
+            "header",
+            "header:",
+            "header:a:b",
+            "cookie:",
+            "query:a=b",
+            "Ip",
+        ] {
+            assert!(bad.parse::<Affinity>().is_err(), "{bad}");
+        }
+    }
+}

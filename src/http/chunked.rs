@@ -1,0 +1,188 @@
+//! The `Transfer-Encoding: chunked` body parser.
+//!
+//! Written here rather than taken from monoio-http, whose decoder waits for each whole chunk in
+//! memory (one declared 1 GiB chunk would be buffered before any size cap could act) and refuses
+//! chunk extensions and trailers that RFC 9112 allows. This one hands out data as it arrives.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Longest chunk-size line (size, extensions) or trailer section we accept.
+const MAX_LINE: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers { seen: usize },
+    Done,
+}
+
+/// One step of progress through a chunked body.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Piece {
+    Data(Bytes),
+    End,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed chunked body")]
+pub struct Malformed;
+
+#[derive(Debug)]
+pub struct ChunkedDecoder {
+    state: State,
+}
+
+impl Default for ChunkedDecoder {
+    fn default() -> Self {
+        ChunkedDecoder { state: State::Size }
+    }
+}
+
+impl ChunkedDecoder {
+    /// Consumes what it can from `buf`. `Ok(None)` means more bytes are needed — a normal
+    /// outcome, not an error.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Piece>, Malformed> {
+        loop {
+            match self.state {
+                State::Size => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(None);
+                    };
+                    let size = parse_size(&line)?;
+                    self.state = if size == 0 {
+                        State::Trailers { seen: 0 }
+                    } else {
+                        State::Data(size)
+                    };
+                }
+                State::Data(remaining) => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let n = remaining.min(buf.len() as u64);
+                    let data = buf.split_to(n as usize).freeze();
+                    self.state = if n == remaining {
+                        State::DataEnd
+                    } else {
+                        State::Data(remaining - n)
+                    };
+                    return Ok(Some(Piece::Data(data)));
+                }
+                State::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(None);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(Malformed);
+                    }
+                    buf.advance(2);
+                    self.state = State::Size;
+                }
+                State::Trailers { seen } => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(None);
+                    };
+                    if line.is_empty() {
+                        self.state = State::Done;
+                        return Ok(Some(Piece::End));
+                    }
+                    // Trailers are read and dropped: nothing in Pinboard acts on them.
+                    let seen = seen + line.len() + 2;
+                    if seen > MAX_LINE {
+                        return Err(Malformed);
+                    }
+                    self.state = State::Trailers { seen };
+                }
+                State::Done => return Ok(Some(Piece::End)),
+            }
+        }
+    }
+}
+
+/// Removes one CRLF-terminated line from `buf`, without its CRLF.
+fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Malformed> {
+    let window = &buf[..buf.len().min(MAX_LINE)];
+    match memchr::memmem::find(window, b"\r\n") {
+        Some(end) => {
+            let line = buf.split_to(end);
+            buf.advance(2);
+            Ok(Some(line))
+        }
+        None if buf.len() >= MAX_LINE => Err(Malformed),
+        None => Ok(None),
+    }
+}
+
+fn parse_size(line: &[u8]) -> Result<u64, Malformed> {
+    // Extensions (`;name=value`) are allowed and ignored.
+    let digits = match memchr::memchr(b';', line) {
+        Some(i) => &line[..i],
+        None => line,
+    }
+    .trim_ascii_end();
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(Malformed);
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        let v = (*d as char).to_digit(16).ok_or(Malformed)?;
+        Ok(n * 16 + u64::from(v))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` one byte at a time, as the slowest client would.
+    fn decode_bytewise(input: &[u8]) -> Result<(Vec<u8>, bool), Malformed> {
+        let mut dec = ChunkedDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for b in input {
+            buf.extend_from_slice(&[*b]);
+            while let Some(piece) = dec.decode(&mut buf)? {
+                match piece {
+                    Piece::Data(d) => out.extend_from_slice(&d),
+                    Piece::End => return Ok((out, true)),
+                }
+            }
+        }
+        Ok((out, false))
+    }
+
+    #[test]
+    fn decodes_with_extensions_and_trailers() {
+        let body = b"5;ext=1\r\nhello\r\nA\r\n, world!!!\r\n0\r\nX-T: 1\r\n\r\n";
+        assert_eq!(
+            decode_bytewise(body).unwrap(),
+            (b"hello, world!!!".to_vec(), true)
+        );
+    }
+
+    #[test]
+    fn hands_out_partial_chunks() {
+        let mut dec = ChunkedDecoder::default();
+        let mut buf = BytesMut::from(&b"10\r\nabc"[..]);
+        assert_eq!(
+            dec.decode(&mut buf).unwrap(),
+            Some(Piece::Data(Bytes::from_static(b"abc")))
+        );
+        assert_eq!(dec.decode(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for bad in [
+            &b"zz\r\n"[..],
+            b"\r\n",
+            b"5\r\nhelloXX",
+            b"fffffffffffffffff\r\n",
+        ] {
+            assert_eq!(decode_bytewise(bad), Err(Malformed), "{bad:?}");
+        }
+        let endless = vec![b'1'; MAX_LINE + 1];
+        assert_eq!(decode_bytewise(&endless), Err(Malformed));
+    }
+}

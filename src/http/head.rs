@@ -1,0 +1,196 @@
+//! Request heads off the wire: a size-capped wrapper around monoio-http's head parser that also
+//! decides how the body is framed.
+//!
+//! monoio-http's `GenericHeadDecoder` would pick the framing for us, but it accepts a request
+//! carrying both `Transfer-Encoding` and `Content-Length` and ignores conflicting
+//! `Content-Length` values — the ingredients of request smuggling through a proxy — so framing
+//! is decided here, strictly, per RFC 9112 §6.
+
+use std::io;
+
+use bytes::BytesMut;
+use http::{HeaderMap, Version, header};
+use monoio_codec::{Decoded, Decoder};
+use monoio_http::h1::codec::decoder::{DecodeError, RequestHeadDecoder};
+
+/// How the bytes after a request head are delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    #[error("request head larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("malformed request head: {0}")]
+    Malformed(String),
+    #[error("transfer-encoding other than chunked")]
+    UnsupportedEncoding,
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Decodes one request head of at most `max` bytes.
+pub struct HeadDecoder {
+    max: usize,
+}
+
+impl HeadDecoder {
+    pub fn new(max: usize) -> HeadDecoder {
+        HeadDecoder { max }
+    }
+}
+
+impl Decoder for HeadDecoder {
+    type Item = (http::request::Parts, Framing);
+    type Error = HeadError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Decoded<Self::Item>, HeadError> {
+        // Only the first `max` bytes may hold the end of the head: a pipelined client can put a
+        // long head and more behind it into one read, and the limit must not depend on that.
+        let window = &src[..src.len().min(self.max)];
+        if memchr::memmem::find(window, b"\r\n\r\n").is_none() {
+            return if src.len() >= self.max {
+                Err(HeadError::TooLarge(self.max))
+            } else {
+                Ok(Decoded::Insufficient)
+            };
+        }
+        match RequestHeadDecoder.decode(src) {
+            Ok(Decoded::Some(head)) => {
+                let framing = framing(&head.headers, head.version)?;
+                Ok(Decoded::Some((head, framing)))
+            }
+            Ok(_) => Err(HeadError::Malformed("incomplete head".into())),
+            Err(DecodeError::Io(e)) => Err(HeadError::Io(e)),
+            Err(e) => Err(HeadError::Malformed(e.to_string())),
+        }
+    }
+}
+
+fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> {
+    let mut encodings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(te) = encodings.next() {
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            return Err(HeadError::Malformed(
+                "both transfer-encoding and content-length".into(),
+            ));
+        }
+        if version == Version::HTTP_10 {
+            return Err(HeadError::Malformed(
+                "transfer-encoding in an HTTP/1.0 request".into(),
+            ));
+        }
+        // Only a lone `chunked` is understood; any other coding would leave the body's end
+        // unknowable, so it is refused rather than guessed.
+        if encodings.next().is_some()
+            || !te.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(HeadError::UnsupportedEncoding);
+        }
+        return Ok(Framing::Chunked);
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for part in value.as_bytes().split(|b| *b == b',') {
+            let n = parse_length(part.trim_ascii())
+                .ok_or_else(|| HeadError::Malformed("invalid content-length".into()))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(HeadError::Malformed("conflicting content-length".into()));
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        None | Some(0) => Framing::None,
+        Some(n) => Framing::Length(n),
+    })
+}
+
+fn parse_length(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(
+        raw: &str,
+        max: usize,
+    ) -> Result<Decoded<(http::request::Parts, Framing)>, HeadError> {
+        HeadDecoder::new(max).decode(&mut BytesMut::from(raw))
+    }
+
+    fn framing_of(raw: &str) -> Result<Framing, HeadError> {
+        match decode(raw, 8192)? {
+            Decoded::Some((_, f)) => Ok(f),
+            _ => panic!("incomplete"),
+        }
+    }
+
+    #[test]
+    fn partial_head_is_not_an_error() {
+        assert!(matches!(
+            decode("GET / HTTP/1.1\r\nHost: a\r\n", 8192),
+            Ok(Decoded::Insufficient)
+        ));
+    }
+
+    #[test]
+    fn head_over_the_cap_is_refused_even_when_complete() {
+        let raw = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(100));
+        assert!(matches!(decode(&raw, 64), Err(HeadError::TooLarge(64))));
+        assert!(matches!(decode(&raw, 1024), Ok(Decoded::Some(_))));
+        assert!(matches!(
+            decode(&"a".repeat(100), 64),
+            Err(HeadError::TooLarge(64))
+        ));
+    }
+
+    #[test]
+    fn framing_rules() {
+        assert_eq!(framing_of("GET / HTTP/1.1\r\n\r\n").unwrap(), Framing::None);
+        assert_eq!(
+            framing_of("POST / HTTP/1.1\r\nContent-Length: 12\r\n\r\n").unwrap(),
+            Framing::Length(12)
+        );
+        assert_eq!(
+            framing_of("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").unwrap(),
+            Framing::None
+        );
+        assert_eq!(
+            framing_of("POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n").unwrap(),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            framing_of("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap(),
+            Framing::Chunked
+        );
+        for bad in [
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+        ] {
+            assert!(
+                matches!(framing_of(bad), Err(HeadError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            framing_of("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            Err(HeadError::UnsupportedEncoding)
+        ));
+    }
+}

@@ -1,0 +1,17 @@
+//! HTTP/1.1, server side: request heads parsed by monoio-http's codec pieces, bodies streamed
+//! with explicit caps, answers written by hand. No framework: the node's router sees a
+//! [`Request`] and returns a [`Response`].
+
+mod chunked;
+mod head;
+mod json;
+mod request;
+mod response;
+mod server;
+
+pub use chunked::{ChunkedDecoder, Malformed, Piece};
+pub use head::{Framing, HeadDecoder, HeadError};
+pub use json::read_json;
+pub use request::{BodyError, Request};
+pub use response::{Persistence, Response};
+pub use server::{Handler, Limits, serve_connection};

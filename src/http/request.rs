@@ -1,0 +1,232 @@
+//! A request being served: its head, and its body still on the wire.
+//!
+//! The body is not read until a handler asks for it, and then chunk by chunk off the
+//! connection's read buffer, so a proxied upload streams and a capped JSON body is refused
+//! from its declared length without reading it into memory.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method, Version, header};
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+
+use super::chunked::{ChunkedDecoder, Piece};
+use super::head::Framing;
+use super::server::Conn;
+
+/// Largest leftover body drained to keep a connection alive after a handler that did not read
+/// it; past this, closing is cheaper than reading.
+const DRAIN_MAX: u64 = 64 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error("body larger than the limit")]
+    TooLarge,
+    #[error("malformed body framing")]
+    Malformed,
+    #[error("client closed the connection mid-body")]
+    Aborted,
+    #[error("client too slow sending the body")]
+    TimedOut,
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(ChunkedDecoder),
+    Done,
+    /// Left half-read after an error: the connection cannot carry another request.
+    Broken,
+}
+
+pub struct Request<'c> {
+    pub head: http::request::Parts,
+    pub peer: SocketAddr,
+    conn: &'c mut Conn,
+    body: BodyState,
+    expect_continue: bool,
+    read_timeout: Duration,
+}
+
+impl<'c> Request<'c> {
+    pub(super) fn new(
+        head: http::request::Parts,
+        framing: Framing,
+        peer: SocketAddr,
+        conn: &'c mut Conn,
+        read_timeout: Duration,
+    ) -> Request<'c> {
+        let expect_continue = head.version == Version::HTTP_11
+            && head
+                .headers
+                .get(header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        let body = match framing {
+            Framing::None => BodyState::Done,
+            Framing::Length(n) => BodyState::Length(n),
+            Framing::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
+        };
+        Request {
+            head,
+            peer,
+            conn,
+            body,
+            expect_continue,
+            read_timeout,
+        }
+    }
+
+    pub fn method(&self) -> &Method {
+        &self.head.method
+    }
+
+    pub fn path(&self) -> &str {
+        self.head.uri.path()
+    }
+
+    pub fn header(&self, name: header::HeaderName) -> Option<&HeaderValue> {
+        self.head.headers.get(name)
+    }
+
+    /// The next piece of the body, `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+        let result = self.next_chunk().await;
+        if result.is_err() {
+            self.body = BodyState::Broken;
+        }
+        result
+    }
+
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+        if self.expect_continue {
+            self.expect_continue = false;
+            self.conn
+                .out
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            if !self.conn.flush().await {
+                return Err(BodyError::Aborted);
+            }
+        }
+        loop {
+            match &mut self.body {
+                BodyState::Done => return Ok(None),
+                BodyState::Broken => return Err(BodyError::Malformed),
+                BodyState::Length(remaining) => {
+                    let buf = self.conn.reader.read_buffer_mut();
+                    if !buf.is_empty() {
+                        let n = (*remaining).min(buf.len() as u64);
+                        let data = buf.split_to(n as usize).freeze();
+                        *remaining -= n;
+                        if *remaining == 0 {
+                            self.body = BodyState::Done;
+                        }
+                        return Ok(Some(data));
+                    }
+                }
+                BodyState::Chunked(decoder) => {
+                    match decoder.decode(self.conn.reader.read_buffer_mut()) {
+                        Err(_) => return Err(BodyError::Malformed),
+                        Ok(Some(Piece::Data(data))) => return Ok(Some(data)),
+                        Ok(Some(Piece::End)) => {
+                            self.body = BodyState::Done;
+                            return Ok(None);
+                        }
+                        Ok(None) => {}
+                    }
+                }
+            }
+            self.read_more().await?;
+        }
+    }
+
+    async fn read_more(&mut self) -> Result<(), BodyError> {
+        let (io, buf) = self.conn.reader.read_state_mut();
+        match monoio::time::timeout(self.read_timeout, read_into(io, buf)).await {
+            Err(_) => Err(BodyError::TimedOut),
+            Ok(Ok(0)) | Ok(Err(_)) => Err(BodyError::Aborted),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// The whole body, refused with [`BodyError::TooLarge`] past `limit` bytes — from the
+    /// declared length when there is one, before reading anything.
+    pub async fn read_body(&mut self, limit: usize) -> Result<BytesMut, BodyError> {
+        let limit = limit as u64;
+        if let BodyState::Length(n) = self.body
+            && n > limit
+        {
+            self.body = BodyState::Broken;
+            return Err(BodyError::TooLarge);
+        }
+        let mut body = BytesMut::new();
+        while let Some(chunk) = self.chunk().await? {
+            if (body.len() + chunk.len()) as u64 > limit {
+                self.body = BodyState::Broken;
+                return Err(BodyError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Called once the response is decided: reads away a small unread body so the connection
+    /// can carry the next request. False when the connection must close instead.
+    pub(super) async fn finish(&mut self) -> bool {
+        let unread_limit = match self.body {
+            BodyState::Done => return true,
+            BodyState::Broken => return false,
+            // A client waiting for `100 Continue` has not sent the body; it never will now.
+            _ if self.expect_continue => return false,
+            BodyState::Length(n) if n > DRAIN_MAX => return false,
+            _ => DRAIN_MAX,
+        };
+        let mut drained = 0u64;
+        loop {
+            match self.chunk().await {
+                Ok(None) => return true,
+                Ok(Some(c)) => {
+                    drained += c.len() as u64;
+                    if drained > unread_limit {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Whether body bytes may still be arriving (a response that closes the connection should
+    /// then linger so the client sees it rather than a reset).
+    pub(super) fn body_unread(&self) -> bool {
+        !matches!(self.body, BodyState::Done)
+    }
+}
+
+/// Appends one read's worth of bytes to `buf`; `Ok(0)` at end of stream.
+pub(super) async fn read_into<R: AsyncReadRent>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> std::io::Result<usize> {
+    buf.reserve(READ_CHUNK);
+    let (len, cap) = (buf.len(), buf.capacity());
+    let owned = std::mem::take(buf);
+    let (result, slice) = io.read(owned.slice_mut(len..cap)).await;
+    *buf = slice.into_inner();
+    result
+}
+
+impl Conn {
+    /// Writes out everything queued in `out`. False when the client is gone.
+    pub(super) async fn flush(&mut self) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let out = std::mem::take(&mut self.out);
+        let (result, mut out) = self.writer.write_all(out).await;
+        out.clear();
+        self.out = out;
+        result.is_ok()
+    }
+}

@@ -1,0 +1,167 @@
+//! Responses the node answers itself (as opposed to relayed worker responses), and their
+//! encoding.
+//!
+//! Heads are written by hand rather than through monoio-http's encoders, which force a
+//! `content-length: 0` onto 1xx/204/304 answers and HEAD replies, where RFC 9110 forbids or
+//! restricts it.
+
+use std::io::Write;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{HeaderName, HeaderValue, StatusCode};
+
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+    /// Close the connection after this response (for example when the request body was left
+    /// unread on the wire).
+    pub close: bool,
+}
+
+impl Response {
+    pub fn new(status: StatusCode, content_type: Option<&'static str>, body: Bytes) -> Response {
+        let mut headers = Vec::new();
+        if let Some(ct) = content_type {
+            headers.push((http::header::CONTENT_TYPE, HeaderValue::from_static(ct)));
+        }
+        Response {
+            status,
+            headers,
+            body,
+            close: false,
+        }
+    }
+
+    pub fn empty(status: StatusCode) -> Response {
+        Response::new(status, None, Bytes::new())
+    }
+
+    pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
+        Response::new(status, Some("application/json"), body.into())
+    }
+
+    /// Serializes `value` as the JSON body.
+    pub fn json_value<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+        // Serializing our own plain response types cannot fail.
+        let body = serde_json::to_vec(value).expect("response serializes");
+        Response::json(status, body)
+    }
+
+    /// `{"error": message}` — the shape of every error the spec defines.
+    pub fn error(status: StatusCode, message: &str) -> Response {
+        Response::json_value(status, &serde_json::json!({ "error": message }))
+    }
+
+    pub fn text(status: StatusCode, body: &'static str) -> Response {
+        Response::new(
+            status,
+            Some("text/plain; charset=utf-8"),
+            Bytes::from_static(body.as_bytes()),
+        )
+    }
+
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Response {
+        self.headers.push((name, value));
+        self
+    }
+
+    pub fn closing(mut self) -> Response {
+        self.close = true;
+        self
+    }
+
+    /// Appends the response to `dst`. `head_request`: answering HEAD, so the length is
+    /// announced but no body follows. `connection`: the `Connection` header to send, if any.
+    pub fn encode(&self, head_request: bool, connection: Persistence, dst: &mut BytesMut) {
+        encode_status_line(self.status, dst);
+        for (name, value) in &self.headers {
+            dst.put_slice(name.as_str().as_bytes());
+            dst.put_slice(b": ");
+            dst.put_slice(value.as_bytes());
+            dst.put_slice(b"\r\n");
+        }
+        if allows_length(self.status) {
+            // Formatting into BytesMut cannot fail.
+            let _ = write!(dst.writer(), "content-length: {}\r\n", self.body.len());
+        }
+        connection.encode(dst);
+        dst.put_slice(b"\r\n");
+        if !head_request && allows_length(self.status) {
+            dst.put_slice(&self.body);
+        }
+    }
+}
+
+/// What the `Connection` header of a response says about the connection after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// HTTP/1.1's default: the connection stays open, nothing to say.
+    Implicit,
+    /// An HTTP/1.0 client that asked for keep-alive must hear it confirmed.
+    KeepAlive,
+    Close,
+}
+
+impl Persistence {
+    pub fn encode(self, dst: &mut BytesMut) {
+        match self {
+            Persistence::Implicit => {}
+            Persistence::KeepAlive => dst.put_slice(b"connection: keep-alive\r\n"),
+            Persistence::Close => dst.put_slice(b"connection: close\r\n"),
+        }
+    }
+}
+
+/// Whether a response with this status may carry a body and a `content-length`.
+pub fn allows_length(status: StatusCode) -> bool {
+    !(status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED)
+}
+
+pub fn encode_status_line(status: StatusCode, dst: &mut BytesMut) {
+    dst.put_slice(b"HTTP/1.1 ");
+    dst.put_slice(status.as_str().as_bytes());
+    dst.put_u8(b' ');
+    dst.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    dst.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(r: &Response, head: bool, connection: Persistence) -> String {
+        let mut b = BytesMut::new();
+        r.encode(head, connection, &mut b);
+        String::from_utf8(b.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn error_bodies_are_spec_json() {
+        let r = Response::error(StatusCode::PAYLOAD_TOO_LARGE, "body too large");
+        assert_eq!(
+            encoded(&r, false, Persistence::Close),
+            "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n\
+             content-length: 26\r\nconnection: close\r\n\r\n{\"error\":\"body too large\"}"
+        );
+    }
+
+    #[test]
+    fn no_length_on_204_and_no_body_on_head() {
+        assert_eq!(
+            encoded(
+                &Response::empty(StatusCode::NO_CONTENT),
+                false,
+                Persistence::Implicit
+            ),
+            "HTTP/1.1 204 No Content\r\n\r\n"
+        );
+        let r = Response::json(StatusCode::OK, &b"{\"ok\":true}"[..]);
+        assert_eq!(
+            encoded(&r, true, Persistence::Implicit),
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! The server side of a connection: reads request heads with monoio-http's `FramedRead` and our
+//! [`HeadDecoder`], hands each request to the node's [`Handler`], writes the answer, and keeps
+//! the connection alive, bounded by timeouts and sizes so a slow or endless client cannot pin it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures_util::FutureExt;
+use http::{Method, StatusCode, Version, header};
+use monoio::io::stream::Stream;
+use monoio::io::{AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Splitable};
+use monoio::net::TcpStream;
+use monoio_codec::FramedRead;
+use tracing::{debug, error};
+
+use super::head::{HeadDecoder, HeadError};
+use super::request::{Request, read_into};
+use super::response::{Persistence, Response};
+use crate::error::Error;
+use crate::runtime::Shutdown;
+
+/// Bounds on what one client connection may cost.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Time allowed for a whole request head once its first byte arrived, and for each read of
+    /// a request body.
+    pub header_timeout: Duration,
+    /// Time an idle keep-alive connection is kept waiting for its next request.
+    pub idle_timeout: Duration,
+    pub max_header_bytes: usize,
+}
+
+/// What the node does with a request.
+pub trait Handler {
+    fn handle(&self, req: &mut Request<'_>) -> impl Future<Output = Result<Response, Error>>;
+}
+
+pub struct Conn {
+    pub(super) reader: FramedRead<OwnedReadHalf<TcpStream>, HeadDecoder>,
+    pub(super) writer: OwnedWriteHalf<TcpStream>,
+    /// Responses not yet written: flushed when the client has no further request pipelined.
+    pub(super) out: BytesMut,
+}
+
+/// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
+/// down (in-flight requests finish first; idle connections close at once).
+pub async fn serve_connection<H: Handler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: &H,
+    limits: &Limits,
+    shutdown: &Shutdown,
+) {
+    // Answers are small and written whole; Nagle would only add latency.
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.into_split();
+    let mut conn = Conn {
+        reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),
+        writer,
+        out: BytesMut::with_capacity(8192),
+    };
+    let mut first = true;
+    loop {
+        if conn.reader.read_buffer().is_empty() {
+            let wait = if first {
+                limits.header_timeout
+            } else {
+                limits.idle_timeout
+            };
+            let arrived = monoio::select! {
+                r = monoio::time::timeout(wait, conn.reader.peek_data()) => {
+                    matches!(r, Ok(Ok(data)) if !data.is_empty())
+                }
+                _ = shutdown.fired() => false,
+            };
+            if !arrived {
+                return;
+            }
+        }
+        first = false;
+        let (head, framing) =
+            match monoio::time::timeout(limits.header_timeout, conn.reader.next()).await {
+                Ok(Some(Ok(head))) => head,
+                Ok(None) | Ok(Some(Err(HeadError::Io(_)))) => return,
+                Ok(Some(Err(e))) => {
+                    debug!(%peer, error = %e, "refusing request head");
+                    let (status, message) = match e {
+                        HeadError::TooLarge(_) => (
+                            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                            "request header too large",
+                        ),
+                        HeadError::UnsupportedEncoding => {
+                            (StatusCode::NOT_IMPLEMENTED, "unsupported transfer-encoding")
+                        }
+                        _ => (StatusCode::BAD_REQUEST, "bad request"),
+                    };
+                    refuse(&mut conn, Response::error(status, message)).await;
+                    return;
+                }
+                Err(_) => {
+                    let timeout = Response::error(StatusCode::REQUEST_TIMEOUT, "request timeout");
+                    refuse(&mut conn, timeout).await;
+                    return;
+                }
+            };
+        let version = head.version;
+        let keep_alive = wants_keep_alive(&head);
+        let is_head = head.method == Method::HEAD;
+        let mut req = Request::new(head, framing, peer, &mut conn, limits.header_timeout);
+        let response = match AssertUnwindSafe(handler.handle(&mut req))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                error!(%peer, path = req.path(), error = %e, "request failed");
+                Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+            Err(_) => {
+                // The panic hook has already printed the message and location.
+                error!(%peer, path = req.path(), "request handler panicked");
+                Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        };
+        let reusable = req.finish().await;
+        let unread = req.body_unread();
+        let close = !keep_alive || response.close || !reusable || shutdown.is_fired();
+        let persistence = match (close, version) {
+            (true, _) => Persistence::Close,
+            (false, Version::HTTP_10) => Persistence::KeepAlive,
+            (false, _) => Persistence::Implicit,
+        };
+        response.encode(is_head, persistence, &mut conn.out);
+        // With more requests already pipelined, their answers go out in the same write.
+        if (close || conn.reader.read_buffer().is_empty()) && !conn.flush().await {
+            return;
+        }
+        if close {
+            if unread {
+                linger(&mut conn).await;
+            }
+            return;
+        }
+    }
+}
+
+/// Sends a final error answer on a connection that will not be read again.
+async fn refuse(conn: &mut Conn, response: Response) {
+    response.encode(false, Persistence::Close, &mut conn.out);
+    if conn.flush().await {
+        linger(conn).await;
+    }
+}
+
+/// Closing a socket with unread input makes the kernel send a reset, which can destroy the
+/// answer before the client reads it (RFC 9112 §9.6). So: half-close, then read and discard
+/// what the client is still sending, for a bounded time and amount.
+async fn linger(conn: &mut Conn) {
+    const LINGER: Duration = Duration::from_secs(2);
+    const LINGER_BYTES: usize = 8 * 1024 * 1024;
+    let _ = conn.writer.shutdown().await;
+    let drain = async {
+        let mut discarded = 0;
+        loop {
+            let (io, buf) = conn.reader.read_state_mut();
+            discarded += buf.len();
+            buf.clear();
+            match read_into(io, buf).await {
+                Ok(n) if n > 0 && discarded < LINGER_BYTES => {}
+                _ => return,
+            }
+        }
+    };
+    let _ = monoio::time::timeout(LINGER, drain).await;
+}
+
+fn wants_keep_alive(head: &http::request::Parts) -> bool {
+    let mut keep = head.version != Version::HTTP_10;
+    for value in head.headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|b| *b == b',') {
+            let token = token.trim_ascii();
+            if token.eq_ignore_ascii_case(b"close") {
+                return false;
+            }
+            if token.eq_ignore_ascii_case(b"keep-alive") {
+                keep = true;
+            }
+        }
+    }
+    keep
+}

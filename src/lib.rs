@@ -1,0 +1,17 @@
+//! Pinboard: an edge proxy and control plane for stateful instances.
+//!
+//! The tree follows the architecture: [`config`] (settings), [`runtime`] (thread-per-core
+//! event loops and the process lifecycle), [`http`] (HTTP/1.1), [`passport`] (credentials),
+//! [`redis`] (the per-core pipelined Redis client and Lua scripts), [`registry`] (the worker
+//! protocol), [`operator`] (health and fleet views), with [`node`] tying them into the
+//! request dispatch.
+
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod node;
+pub mod operator;
+pub mod passport;
+pub mod redis;
+pub mod registry;
+pub mod runtime;

@@ -1,0 +1,194 @@
+//! The `pinboard` binary: `serve`, `check-config` and `token`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use mimalloc::MiMalloc;
+
+use pinboard::config::Config;
+use pinboard::node::Shared;
+use pinboard::passport::{self, Passport, TokenRequest};
+
+#[global_allocator]
+static GLOBAL: MiMalloc = MiMalloc;
+
+/// Exit code for a configuration that cannot be used (contract §1).
+const EXIT_CONFIG: u8 = 2;
+
+#[derive(Parser)]
+#[command(
+    name = "pinboard",
+    version,
+    about = "Edge proxy and control plane for stateful instances"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node: listen, route, register workers.
+    Serve {
+        /// TOML configuration file; PINBOARD_* environment variables override it.
+        #[arg(long, env = "PINBOARD_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate the configuration and print the effective result (secrets masked).
+    CheckConfig {
+        #[arg(long, env = "PINBOARD_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Mint an HS256 Passport credential for development.
+    Token(Box<TokenArgs>),
+}
+
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// The HS256 secret the node is configured with (passport.hs256_secret).
+    #[arg(long)]
+    secret: String,
+    /// The account (`sub`).
+    #[arg(long)]
+    sub: String,
+    /// A scope; repeat or space-separate for several (pinboard:worker, pinboard:operator, ...).
+    #[arg(long = "scope", required = true)]
+    scopes: Vec<String>,
+    /// A namespace the holder may use (`/name` or `*`); repeatable.
+    #[arg(long = "ns", required = true)]
+    namespaces: Vec<String>,
+    /// A host pattern advertise URLs may name (`name`, `*`, `*.suffix`); repeatable.
+    #[arg(long = "backend-host")]
+    backend_hosts: Vec<String>,
+    /// A port advertise URLs may use; repeatable. None given: every port.
+    #[arg(long = "port")]
+    ports: Vec<u16>,
+    /// A hostname pattern the holder may register; repeatable. None given: unrestricted.
+    #[arg(long = "hostname")]
+    hostnames: Vec<String>,
+    /// An env the holder may register (`*` for any); repeatable. None given: unrestricted.
+    #[arg(long = "env")]
+    envs: Vec<String>,
+    /// Lifetime in seconds.
+    #[arg(long, default_value_t = 3600)]
+    ttl: u64,
+    #[arg(long)]
+    issuer: Option<String>,
+    #[arg(long)]
+    audience: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            init_logging();
+            let shared = match load(config.as_deref()) {
+                Ok(shared) => shared,
+                Err(message) => return config_error(&message),
+            };
+            match pinboard::runtime::serve(Arc::new(shared)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pinboard: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::CheckConfig { config } => match load(config.as_deref()) {
+            Ok(shared) => {
+                print!("{}", shared.config.render_masked());
+                ExitCode::SUCCESS
+            }
+            Err(message) => config_error(&message),
+        },
+        Command::Token(args) => {
+            let TokenArgs {
+                secret,
+                sub,
+                scopes,
+                namespaces,
+                backend_hosts,
+                ports,
+                hostnames,
+                envs,
+                ttl,
+                issuer,
+                audience,
+            } = *args;
+            let request = TokenRequest {
+                sub,
+                scopes: scopes
+                    .iter()
+                    .flat_map(|s| s.split_whitespace().map(str::to_owned))
+                    .collect(),
+                namespaces,
+                backend_hosts,
+                ports,
+                hostnames,
+                envs,
+                ttl_secs: ttl,
+                issuer,
+                audience,
+            };
+            match passport::mint(&secret, &request) {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("pinboard token: {e}");
+                    ExitCode::from(EXIT_CONFIG)
+                }
+            }
+        }
+    }
+}
+
+/// The validated configuration and the Passport built from it, or the one-line reason why not.
+fn load(file: Option<&Path>) -> Result<Shared, String> {
+    let text = match file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("config error: {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    // A variable that is not UTF-8 cannot be a setting; skipping it beats the panic of vars().
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
+    let pems = config
+        .passport
+        .ed25519_public_keys
+        .iter()
+        .map(std::fs::read)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("config error: passport.ed25519_public_keys: {e}"))?;
+    let p = &config.passport;
+    let passport = Passport::new(
+        p.hs256_secret.as_deref(),
+        &pems,
+        p.issuer.as_deref(),
+        p.audience.as_deref(),
+    )
+    .map_err(|e| format!("config error: passport: {e}"))?;
+    Ok(Shared::new(config, passport))
+}
+
+fn config_error(message: &str) -> ExitCode {
+    eprintln!("{message}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PINBOARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

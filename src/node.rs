@@ -1,0 +1,112 @@
+//! A node's state and its request dispatch.
+//!
+//! [`Shared`] is what every core reads (configuration, Passport keys, the stop flag) and is
+//! immutable once serving starts but for that flag. [`Core`] is what one core owns alone: its
+//! Redis connection. `Core` is also the [`Handler`] that decides which module answers a path.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode, header};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::http::{Handler, Limits, Request, Response};
+use crate::operator;
+use crate::passport::Passport;
+use crate::redis::{Redis, RedisOptions};
+use crate::registry;
+
+pub struct Shared {
+    pub config: Config,
+    pub passport: Passport,
+    /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
+    pub stopping: AtomicBool,
+    pub started: Instant,
+}
+
+impl Shared {
+    pub fn new(config: Config, passport: Passport) -> Shared {
+        Shared {
+            config,
+            passport,
+            stopping: AtomicBool::new(false),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn http_limits(&self) -> Limits {
+        let http = &self.config.http;
+        Limits {
+            header_timeout: Duration::from_millis(http.header_timeout_ms),
+            idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+            max_header_bytes: http.max_header_bytes,
+        }
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+}
+
+pub struct Core {
+    pub shared: Arc<Shared>,
+    pub redis: Redis,
+}
+
+impl Core {
+    /// Must run inside the core's event loop: the Redis connection is driven by it.
+    pub fn new(shared: Arc<Shared>) -> Core {
+        let redis = Redis::connect(&shared.config.redis_url, RedisOptions::default());
+        Core { shared, redis }
+    }
+}
+
+impl Handler for Core {
+    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+        let readable = matches!(*req.method(), Method::GET | Method::HEAD);
+        match req.path() {
+            "/healthz" if readable => return Ok(operator::healthz()),
+            "/readyz" if readable => return Ok(operator::readyz(self).await),
+            _ => {}
+        }
+        let base = self.shared.config.base_path.as_str();
+        let Some(path) = strip_base(req.path(), base).map(str::to_owned) else {
+            return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
+        };
+        if path == "/registry" || path.starts_with("/registry/") {
+            return registry::handle(self, req, &path).await;
+        }
+        // The data plane: `/{ns}/{id}{rest}`. No namespace is served until workers register
+        // one; an upgrade that finds nothing is told `not found`.
+        let upgrade = req.header(header::UPGRADE).is_some();
+        let has_namespace = path.len() > 1 && path.starts_with('/');
+        Ok(if has_namespace && !upgrade {
+            Response::error(StatusCode::NOT_FOUND, "unknown namespace")
+        } else {
+            Response::error(StatusCode::NOT_FOUND, "not found")
+        })
+    }
+}
+
+/// The path below `base` (`""` serves everything), or `None` outside it: `/apix` is not
+/// under `/api`.
+fn strip_base<'p>(path: &'p str, base: &str) -> Option<&'p str> {
+    path.strip_prefix(base)
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_base;
+
+    #[test]
+    fn base_path_matches_whole_segments() {
+        assert_eq!(strip_base("/a/b", ""), Some("/a/b"));
+        assert_eq!(strip_base("/api/registry/x", "/api"), Some("/registry/x"));
+        assert_eq!(strip_base("/api", "/api"), Some(""));
+        assert_eq!(strip_base("/apix/registry", "/api"), None);
+        assert_eq!(strip_base("/other", "/api"), None);
+    }
+}

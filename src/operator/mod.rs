@@ -1,0 +1,6 @@
+//! What operators use to watch the node: health and readiness probes (and, as the registry
+//! grows, the fleet views, drains and wind-downs).
+
+mod health;
+
+pub use health::{healthz, readyz};

@@ -1,0 +1,184 @@
+//! `Redis`: the per-core handle every caller uses, the same API for a single server and for a
+//! Redis Cluster. It picks the key a command is routed by and runs scripts through EVALSHA.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::cluster::Cluster;
+use super::connection::Decimal;
+use super::node::{Login, Node};
+use super::{RedisError, RedisTarget, Reply, Script};
+
+#[derive(Clone, Copy, Debug)]
+pub struct RedisOptions {
+    /// Bound on TCP connect plus login, per attempt.
+    pub connect_timeout: Duration,
+    /// Bound on one request, from sending to its reply.
+    pub request_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A core's Redis client. Cheap to clone; not `Send` (it belongs to the runtime that created
+/// it). Dropping the last clone stops its background tasks.
+#[derive(Clone)]
+pub struct Redis {
+    backend: Rc<Backend>,
+}
+
+enum Backend {
+    Single(Rc<Node>),
+    Cluster(Cluster),
+}
+
+impl Redis {
+    /// Starts connecting in the background; must be called inside a running monoio runtime
+    /// with timers enabled. Until the first connection is up, requests fail with
+    /// `Disconnected`.
+    pub fn connect(target: &RedisTarget, opts: RedisOptions) -> Redis {
+        let backend = match target {
+            RedisTarget::Single {
+                endpoint,
+                password,
+                db,
+            } => {
+                let login = Login {
+                    password: password.clone(),
+                    db: *db,
+                };
+                Backend::Single(Rc::new(Node::spawn(endpoint.clone(), login, opts)))
+            }
+            RedisTarget::Cluster { seeds } => {
+                Backend::Cluster(Cluster::connect(seeds.clone(), opts))
+            }
+        };
+        Redis {
+            backend: Rc::new(backend),
+        }
+    }
+
+    /// Single server: the connection is up. Cluster: every slot is served by a connected master.
+    pub fn is_connected(&self) -> bool {
+        match &*self.backend {
+            Backend::Single(node) => node.is_connected(),
+            Backend::Cluster(cluster) => cluster.is_connected(),
+        }
+    }
+
+    /// Runs one command, e.g. `cmd(&[b"SET", key, value])`.
+    pub async fn cmd(&self, args: &[&[u8]]) -> Result<Reply, RedisError> {
+        self.dispatch(routing_key(args), &[args]).await.0
+    }
+
+    /// Runs `script` with EVALSHA. A server that does not know the script (restarted, flushed,
+    /// or a cluster node seen for the first time) answers NOSCRIPT: the source is then loaded on
+    /// that very node and the call retried once.
+    pub async fn evalsha(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<Reply, RedisError> {
+        let numkeys = Decimal::new(keys.len());
+        let head: [&[u8]; 3] = [b"EVALSHA", script.sha().as_bytes(), numkeys.as_bytes()];
+        let parts = [&head[..], keys, args];
+        let key = keys.first().copied();
+        let (result, node) = self.dispatch(key, &parts).await;
+        match (result, node) {
+            (Err(RedisError::Reply(msg)), Some(node)) if msg.starts_with("NOSCRIPT") => {
+                let loaded = node
+                    .send(&[&[b"SCRIPT", b"LOAD", script.source.as_bytes()]])
+                    .await?;
+                if loaded.as_bytes() != Some(script.sha().as_bytes()) {
+                    return Err(RedisError::Protocol(format!(
+                        "SCRIPT LOAD of {} answered {loaded:?}, expected {}",
+                        script.name,
+                        script.sha()
+                    )));
+                }
+                self.dispatch(key, &parts).await.0
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// Sends the command where `key` lives (anywhere for `None`); also returns the node that
+    /// gave the final answer, if any did.
+    async fn dispatch(
+        &self,
+        key: Option<&[u8]>,
+        parts: &[&[&[u8]]],
+    ) -> (Result<Reply, RedisError>, Option<Rc<Node>>) {
+        match &*self.backend {
+            Backend::Single(node) => (node.send(parts).await, Some(node.clone())),
+            Backend::Cluster(cluster) => cluster.request(key, parts).await,
+        }
+    }
+}
+
+/// The key a command is routed by in cluster mode: the first key, or none for commands that do
+/// not name one (any master may answer those).
+fn routing_key<'a>(args: &[&'a [u8]]) -> Option<&'a [u8]> {
+    const SCRIPTS: &[&[u8]] = &[
+        b"EVAL",
+        b"EVALSHA",
+        b"EVAL_RO",
+        b"EVALSHA_RO",
+        b"FCALL",
+        b"FCALL_RO",
+    ];
+    const KEYLESS: &[&[u8]] = &[
+        b"PING",
+        b"ECHO",
+        b"TIME",
+        b"SCRIPT",
+        b"INFO",
+        b"CLUSTER",
+        b"CONFIG",
+        b"CLIENT",
+        b"COMMAND",
+        b"DBSIZE",
+        b"FLUSHALL",
+        b"FLUSHDB",
+    ];
+    let (name, rest) = args.split_first()?;
+    let is = |set: &[&[u8]]| set.iter().any(|c| c.eq_ignore_ascii_case(name));
+    if is(SCRIPTS) {
+        // EVALSHA sha numkeys key…
+        match rest.get(1) {
+            Some(&b"0") => None,
+            _ => rest.get(2).copied(),
+        }
+    } else if is(KEYLESS) {
+        None
+    } else {
+        rest.first().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routing_key;
+
+    #[test]
+    fn routes_by_first_key() {
+        let key: Option<&[u8]> = Some(b"k");
+        assert_eq!(routing_key(&[b"GET", b"k"]), key);
+        assert_eq!(routing_key(&[b"hset", b"k", b"f", b"v"]), key);
+        assert_eq!(
+            routing_key(&[b"EVALSHA", b"abc", b"2", b"k", b"k2", b"a"]),
+            key
+        );
+        assert_eq!(routing_key(&[b"evalsha", b"abc", b"0", b"a"]), None);
+        assert_eq!(routing_key(&[b"SCRIPT", b"LOAD", b"return 1"]), None);
+        assert_eq!(routing_key(&[b"PING"]), None);
+        assert_eq!(routing_key(&[]), None);
+    }
+}

@@ -1,0 +1,61 @@
+//! The Redis key layout: which bucket an instance id falls in, and the names of the keys of a
+//! bucket. Every key of a bucket carries the bucket number as a Redis Cluster hash tag
+//! (`{3}`), so that one script can touch all of them on one node.
+
+use sha2::{Digest, Sha256};
+
+/// The placement bucket of an instance id: the first 8 hex digits of sha256(id), i.e. the first
+/// four digest bytes read big-endian, modulo `shards` (≥ 1).
+pub fn bucket_of(id: &str, shards: u32) -> u32 {
+    let digest = Sha256::digest(id.as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % shards
+}
+
+/// Key names under the configured prefix.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: impl Into<String>) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The placements hash of (bucket, env, namespace): field = instance id.
+    pub fn placements(&self, bucket: u32, env: &str, ns: &str) -> String {
+        format!("{}{{{bucket}}}:{env}:{ns}:placements", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_is_sha256_prefix_mod_shards() {
+        // echo -n thread-42 | sha256sum → 07e73d10…; echo -n abc | sha256sum → ba7816bf…
+        assert_eq!(bucket_of("thread-42", u32::MAX), 0x07e7_3d10);
+        assert_eq!(bucket_of("thread-42", 16), 0x07e7_3d10 % 16);
+        assert_eq!(bucket_of("thread-42", 7), 1);
+        assert_eq!(bucket_of("abc", 16), 15);
+        assert_eq!(bucket_of("abc", 1), 0);
+        assert_eq!(bucket_of("", 16384), 0xe3b0_c442 % 16384);
+    }
+
+    #[test]
+    fn placements_key_tags_the_bucket() {
+        let keys = Keys::new("pinboard:");
+        assert_eq!(
+            keys.placements(3, "default", "/threads"),
+            "pinboard:{3}:default:/threads:placements"
+        );
+        // The hash tag is the bucket alone, whatever the prefix: one bucket, one slot.
+        assert_eq!(
+            redis_protocol::redis_keyslot(keys.placements(3, "default", "/a").as_bytes()),
+            redis_protocol::redis_keyslot(b"{3}")
+        );
+    }
+}

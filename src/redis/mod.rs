@@ -1,0 +1,94 @@
+//! Redis access for one core: the pipelined client (`Redis`), Lua scripts, Redis Cluster routing
+//! and the key layout.
+//!
+//! Every core owns one `Redis` handle (one pipelined connection per server, or per master in
+//! cluster mode). This file owns the types every caller sees: the error taxonomy and the decoded
+//! reply.
+
+mod client;
+mod cluster;
+mod connection;
+mod keys;
+mod node;
+mod notify;
+mod script;
+mod target;
+
+use bytes::Bytes;
+
+pub use client::{Redis, RedisOptions};
+pub use keys::{Keys, bucket_of};
+pub use script::{READY, Script};
+pub use target::{Endpoint, RedisTarget};
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RedisError {
+    /// No connection right now, or the connection died while the request was in flight (it may
+    /// or may not have been executed).
+    #[error("redis is not connected")]
+    Disconnected,
+    #[error("redis request timed out")]
+    Timeout,
+    #[error("redis protocol error: {0}")]
+    Protocol(String),
+    /// An error reply (`-ERR …`, `-NOSCRIPT …`, …) from the server, without the leading `-`.
+    #[error("redis replied with an error: {0}")]
+    Reply(String),
+}
+
+impl RedisError {
+    /// Whether the same request may succeed if sent again shortly: connection trouble, or a
+    /// server-side condition Redis itself documents as transient.
+    pub fn retryable(&self) -> bool {
+        match self {
+            RedisError::Disconnected | RedisError::Timeout => true,
+            RedisError::Protocol(_) => false,
+            RedisError::Reply(msg) => ["LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"]
+                .iter()
+                .any(|code| msg.starts_with(code)),
+        }
+    }
+}
+
+/// A decoded RESP2 reply. Error replies never appear here: they become `RedisError::Reply`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Nil,
+    Int(i64),
+    Bulk(Bytes),
+    Simple(Bytes),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    /// The integer, also when Redis sent it as a string (`GET` of a counter).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(n) => Some(*n),
+            Reply::Bulk(b) | Reply::Simple(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Reply::Bulk(b) | Reply::Simple(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(self.as_bytes()?).ok()
+    }
+
+    pub fn as_array(&self) -> Option<&[Reply]> {
+        match self {
+            Reply::Array(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    pub fn is_nil(&self) -> bool {
+        matches!(self, Reply::Nil)
+    }
+}

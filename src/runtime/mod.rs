@@ -1,0 +1,218 @@
+//! The thread-per-core runtime: one OS thread per core, each running its own monoio event loop
+//! (io_uring, or epoll where the kernel refuses io_uring) with its own `SO_REUSEPORT` listener,
+//! Redis connection and connection tasks. Nothing on the request path is shared between cores.
+//!
+//! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
+//! (stop accepting, let in-flight requests finish, exit).
+
+mod shutdown;
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use tracing::{info, warn};
+
+pub use shutdown::Shutdown;
+
+use crate::config::DriverKind;
+use crate::error::{Error, Origin};
+use crate::http::serve_connection;
+use crate::node::{Core, Shared};
+
+/// How often each core looks at the process-wide stop flag. Only the shutdown path waits on
+/// this; requests never do.
+const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// Runs the node until SIGTERM or SIGINT, then stops gracefully.
+pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
+    let threads = match shared.config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let listeners = bind(shared.config.listen, threads)?;
+    let addr = listeners[0]
+        .local_addr()
+        .map_err(|e| Error::because(Origin::Internal, "reading the bound address", e))?;
+    info!(%addr, threads, driver = %shared.config.driver, "pinboard listening");
+    watch_signals(shared.clone())?;
+
+    let cores: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(index, listener)| {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("pinboard-core-{index}"))
+                .spawn(move || run_core(index, threads, listener, shared))
+                .map_err(|e| Error::because(Origin::Internal, "starting a core thread", e))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut result = Ok(());
+    for core in cores {
+        match core.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => result = Err(e),
+            Err(_) => result = Err(Error::new(Origin::Internal, "a core thread panicked")),
+        }
+    }
+    info!("pinboard stopped");
+    result
+}
+
+/// One listening socket per core, all in one `SO_REUSEPORT` group so the kernel spreads
+/// connections across cores. Bound here, before any core starts, so a bad address fails
+/// startup at once, and so port 0 resolves to one port shared by every core.
+fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, Error> {
+    use socket2::{Domain, Socket, Type};
+    let mut addr = addr;
+    (0..threads)
+        .map(|_| {
+            let bind_err = |e| Error::because(Origin::Internal, format!("binding {addr}"), e);
+            let socket =
+                Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(bind_err)?;
+            socket.set_reuse_address(true).map_err(bind_err)?;
+            socket.set_reuse_port(true).map_err(bind_err)?;
+            socket.set_nonblocking(true).map_err(bind_err)?;
+            socket.bind(&addr.into()).map_err(bind_err)?;
+            socket.listen(4096).map_err(bind_err)?;
+            let listener: std::net::TcpListener = socket.into();
+            addr = listener.local_addr().map_err(bind_err)?;
+            Ok(listener)
+        })
+        .collect()
+}
+
+/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once.
+fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
+    std::thread::Builder::new()
+        .name("pinboard-signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                if shared.stopping.swap(true, Ordering::SeqCst) {
+                    warn!(signal, "second stop signal: exiting now");
+                    std::process::exit(1);
+                }
+                info!(signal, "stop signal: finishing in-flight requests");
+            }
+        })
+        .map_err(|e| Error::because(Origin::Internal, "starting the signal thread", e))?;
+    Ok(())
+}
+
+fn run_core(
+    index: usize,
+    threads: usize,
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+) -> Result<(), Error> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if threads <= cpus {
+        // Best effort: a container may forbid pinning, and the node works unpinned.
+        let _ = monoio::utils::bind_to_cpu_set([index]);
+    }
+    let io_uring = || {
+        RuntimeBuilder::<IoUringDriver>::new()
+            .with_entries(1024)
+            .enable_timer()
+            .build()
+    };
+    let epoll = || {
+        RuntimeBuilder::<LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .map_err(|e| Error::because(Origin::Internal, "starting the epoll event loop", e))
+    };
+    let task = core_main(index, listener, shared.clone());
+    match shared.config.driver {
+        DriverKind::Epoll => {
+            info!(core = index, driver = "epoll", "event loop started");
+            epoll()?.block_on(task)
+        }
+        DriverKind::IoUring => {
+            let mut rt = io_uring().map_err(|e| {
+                Error::because(Origin::Internal, "starting the io_uring event loop", e)
+            })?;
+            info!(core = index, driver = "io_uring", "event loop started");
+            rt.block_on(task)
+        }
+        DriverKind::Auto => match io_uring() {
+            Ok(mut rt) => {
+                info!(core = index, driver = "io_uring", "event loop started");
+                rt.block_on(task)
+            }
+            Err(e) => {
+                info!(core = index, driver = "epoll", reason = %e, "io_uring refused; event loop started on epoll");
+                epoll()?.block_on(task)
+            }
+        },
+    }
+}
+
+async fn core_main(
+    index: usize,
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+) -> Result<(), Error> {
+    let listener = monoio::net::TcpListener::from_std(listener)
+        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
+    let shutdown = Shutdown::default();
+    monoio::spawn({
+        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        async move {
+            while !shared.stopping.load(Ordering::Relaxed) {
+                monoio::time::sleep(STOP_POLL).await;
+            }
+            shutdown.fire();
+        }
+    });
+    let core = Rc::new(Core::new(shared.clone()));
+    let limits = Rc::new(shared.http_limits());
+    let active = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = monoio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.fired() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (core, limits, active, shutdown) = (
+                    core.clone(),
+                    limits.clone(),
+                    active.clone(),
+                    shutdown.clone(),
+                );
+                active.set(active.get() + 1);
+                monoio::spawn(async move {
+                    serve_connection(stream, peer, &*core, &limits, &shutdown).await;
+                    active.set(active.get() - 1);
+                });
+            }
+            Err(e) => {
+                // Typically EMFILE: back off briefly instead of spinning on the error.
+                warn!(core = index, error = %e, "accept failed");
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    drop(listener);
+    let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
+    while active.get() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if active.get() > 0 {
+        warn!(
+            core = index,
+            open = active.get(),
+            "grace period over; dropping connections"
+        );
+    }
+    Ok(())
+}

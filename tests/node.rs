@@ -1,0 +1,389 @@
+//! The node as operators and clients meet it: the real binary, a real redis-server, real
+//! sockets. Health and readiness, registry authentication, HTTP/1.1 limits and keep-alive,
+//! configuration errors, and the graceful stop.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::http::{Client, get};
+use support::node::{Node, eventually, token};
+use support::redis::RedisServer;
+
+#[test]
+fn healthz_and_readyz_follow_redis() {
+    let mut redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+
+    let health = get(node.addr, "/healthz", None);
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, b"{\"ok\":true}");
+    assert_eq!(health.header("content-type"), Some("application/json"));
+
+    let ready = get(node.addr, "/readyz", None);
+    assert_eq!((ready.status, ready.body.len()), (200, 0));
+
+    redis.stop();
+    assert!(
+        eventually(Duration::from_secs(10), || get(node.addr, "/readyz", None)
+            .status
+            == 503),
+        "readyz stayed ready without redis"
+    );
+    // Liveness does not depend on Redis.
+    assert_eq!(get(node.addr, "/healthz", None).status, 200);
+
+    redis.restart();
+    // Every core must come back by itself: ask enough times to reach both cores' connections.
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            (0..8).all(|_| get(node.addr, "/readyz", None).status == 200)
+        }),
+        "node did not recover after redis came back:\n{}",
+        node.log()
+    );
+}
+
+#[test]
+fn registry_authentication() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+    let path = "/registry/no-such-route";
+
+    let none = get(node.addr, path, None);
+    assert_eq!(
+        (none.status, none.json()),
+        (401, serde_json::json!({"error": "unauthorized"}))
+    );
+
+    let garbage = get(node.addr, path, Some("not.a.jwt"));
+    assert_eq!(
+        (garbage.status, garbage.text().as_str()),
+        (401, r#"{"error":"unauthorized"}"#)
+    );
+
+    let operator_only = token("acct", &["pinboard:operator"], &["*"]);
+    let r = get(node.addr, path, Some(&operator_only));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (403, r#"{"error":"forbidden"}"#)
+    );
+
+    let malformed_claim = token("acct", &["pinboard:worker"], &["threads"]);
+    let r = get(node.addr, path, Some(&malformed_claim));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (403, r#"{"error":"forbidden"}"#)
+    );
+
+    let worker = node.worker_token("acct");
+    let r = get(node.addr, path, Some(&worker));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"not found"}"#)
+    );
+}
+
+#[test]
+fn route_misses_and_base_path() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_BASE_PATH", "/edge")]);
+    let worker = node.worker_token("acct");
+
+    let r = get(node.addr, "/edge/threads/abc/x", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"unknown namespace"}"#)
+    );
+    let r = get(node.addr, "/elsewhere", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"not found"}"#)
+    );
+    let r = get(node.addr, "/edgy/registry/x", Some(&worker));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"not found"}"#)
+    );
+    // The registry lives under the base path; probes stay at the root.
+    assert_eq!(get(node.addr, "/edge/registry/x", None).status, 401);
+    assert_eq!(get(node.addr, "/registry/x", None).status, 404);
+    assert_eq!(get(node.addr, "/healthz", None).status, 200);
+    let mut c = Client::connect(node.addr);
+    let upgrade = c.request(b"GET /edge/threads/abc HTTP/1.1\r\nHost: t\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n");
+    assert_eq!(
+        (upgrade.status, upgrade.text().as_str()),
+        (404, r#"{"error":"not found"}"#)
+    );
+}
+
+#[test]
+fn keep_alive_and_connection_close() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+
+    let mut c = Client::connect(node.addr);
+    for _ in 0..3 {
+        assert_eq!(
+            c.request(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+                .status,
+            200
+        );
+    }
+    // Pipelined: both answers come back, in order.
+    c.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.read(false).status, 200);
+    assert_eq!(c.read(false).status, 404);
+    let head = c.request(b"HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(
+        (head.status, head.header("content-length")),
+        (200, Some("11"))
+    );
+    assert_eq!(
+        c.request(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").body,
+        b"{\"ok\":true}"
+    );
+
+    let closing = c.request(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(closing.header("connection"), Some("close"));
+    assert!(c.is_closed());
+
+    let mut old = Client::connect(node.addr);
+    let r = old.request(b"GET /healthz HTTP/1.0\r\n\r\n");
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    assert!(old.is_closed());
+
+    let mut old_keep = Client::connect(node.addr);
+    let r = old_keep.request(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    assert_eq!(
+        old_keep
+            .request(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+            .status,
+        200
+    );
+}
+
+#[test]
+fn slow_endless_and_malformed_clients_are_cut_off() {
+    let redis = RedisServer::start();
+    let node = Node::start(
+        &redis.url(),
+        &[
+            ("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "400"),
+            ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "600"),
+            ("PINBOARD_HTTP__MAX_HEADER_BYTES", "2048"),
+        ],
+    );
+
+    // A head that never ends: 431 once it passes the cap.
+    let mut endless = Client::connect(node.addr);
+    endless.send(b"GET /healthz HTTP/1.1\r\n");
+    endless.send(format!("X-Filler: {}\r\n", "a".repeat(4096)).as_bytes());
+    let r = endless.read(false);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (431, r#"{"error":"request header too large"}"#)
+    );
+    assert!(endless.is_closed());
+
+    // A head that trickles in too slowly: 408.
+    let mut slow = Client::connect(node.addr);
+    slow.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    let r = slow.read(false);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (408, r#"{"error":"request timeout"}"#)
+    );
+
+    // An idle keep-alive connection is closed after the idle timeout.
+    let mut idle = Client::connect(node.addr);
+    assert_eq!(
+        idle.request(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            .status,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(900));
+    assert!(idle.is_closed());
+
+    // Garbage and smuggling-shaped heads: 400, connection closed.
+    for bad in [
+        &b"NOT HTTP AT ALL\r\n\r\n"[..],
+        b"POST /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+    ] {
+        let mut c = Client::connect(node.addr);
+        let r = c.request(bad);
+        assert_eq!((r.status, r.text().as_str()), (400, r#"{"error":"bad request"}"#), "{:?}", String::from_utf8_lossy(bad));
+        assert!(c.is_closed());
+    }
+    let mut c = Client::connect(node.addr);
+    let r = c.request(b"POST /healthz HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n");
+    assert_eq!(r.status, 501);
+
+    // The node is still fine for everyone else.
+    assert_eq!(get(node.addr, "/healthz", None).status, 200);
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let redis = RedisServer::start();
+    let mut node = Node::start(&redis.url(), &[]);
+    let mut idle = Client::connect(node.addr);
+    assert_eq!(
+        idle.request(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            .status,
+        200
+    );
+
+    // A request whose head is half sent when the stop signal arrives.
+    let mut in_flight = Client::connect(node.addr);
+    in_flight.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    node.terminate();
+    std::thread::sleep(Duration::from_millis(300));
+    in_flight.send(b"\r\n");
+    let r = in_flight.read(false);
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+
+    assert!(
+        idle.is_closed(),
+        "idle keep-alive connections close on stop"
+    );
+    let status = node.wait(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{}", node.log());
+    // New connections are refused once stopped.
+    assert!(std::net::TcpStream::connect(node.addr).is_err());
+}
+
+#[test]
+fn both_event_loop_drivers_serve() {
+    let redis = RedisServer::start();
+    for driver in ["epoll", "io_uring", "auto"] {
+        let node = Node::start(&redis.url(), &[("PINBOARD_DRIVER", driver)]);
+        assert_eq!(get(node.addr, "/healthz", None).status, 200, "{driver}");
+        assert_eq!(get(node.addr, "/readyz", None).status, 200, "{driver}");
+        let log = node.log();
+        let started: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("event loop started"))
+            .collect();
+        assert_eq!(started.len(), 2, "one line per core:\n{log}");
+        if driver == "epoll" {
+            assert!(
+                started
+                    .iter()
+                    .all(|l| l.contains("driver=\"epoll\"") || l.contains("driver=epoll")),
+                "{log}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_configuration_exits_2_naming_the_key() {
+    let bin = env!("CARGO_BIN_EXE_pinboard");
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
+            cmd.env_remove(key);
+        }
+        cmd.envs(env.iter().copied());
+        cmd.output().unwrap()
+    };
+    let secret = ("PINBOARD_PASSPORT__HS256_SECRET", "s3cret-value");
+    for (env, key) in [
+        (vec![secret, ("PINBOARD_SHARDS", "0")], "shards"),
+        (
+            vec![secret, ("PINBOARD_FORWARDS__TIMEOUT_MS", "soon")],
+            "forwards.timeout_ms",
+        ),
+        (vec![secret, ("PINBOARD_DRIVER", "kqueue")], "driver"),
+        (
+            vec![secret, ("PINBOARD_REDIS_URL", "http://x")],
+            "redis_url",
+        ),
+        (
+            vec![secret, ("PINBOARD_NO_SUCH_KEY", "1")],
+            "PINBOARD_NO_SUCH_KEY",
+        ),
+        (vec![], "passport"),
+    ] {
+        for sub in ["serve", "check-config"] {
+            let out = run(&[sub], &env);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{sub} {env:?}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+            assert!(stderr.contains(key), "{stderr} should name {key}");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pinboard.toml");
+    std::fs::write(
+        &file,
+        "shards = 4\n[forwards]\ntimeout_ms = 100\nbogus = 1\n",
+    )
+    .unwrap();
+    let out = run(
+        &["check-config", "--config", file.to_str().unwrap()],
+        &[secret],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("forwards.bogus"));
+
+    std::fs::write(&file, "shards = 4\n[forwards]\ntimeout_ms = 100\n").unwrap();
+    let out = run(
+        &["check-config", "--config", file.to_str().unwrap()],
+        &[secret, ("PINBOARD_SHARDS", "8")],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("shards = 8"),
+        "env wins over the file:\n{printed}"
+    );
+    assert!(printed.contains("timeout_ms = 100"), "{printed}");
+    assert!(
+        !printed.contains("s3cret-value"),
+        "secret must be masked:\n{printed}"
+    );
+}
+
+#[test]
+fn minted_tokens_are_accepted_by_the_node() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+        .args([
+            "token",
+            "--secret",
+            support::node::SECRET,
+            "--sub",
+            "acct",
+            "--scope",
+            "pinboard:worker",
+            "--ns",
+            "*",
+            "--backend-host",
+            "127.0.0.1",
+            "--ttl",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let token = String::from_utf8(out.stdout).unwrap();
+    let r = get(node.addr, "/registry/x", Some(token.trim()));
+    assert_eq!(
+        r.status,
+        404,
+        "a valid worker token reaches the route: {}",
+        r.text()
+    );
+}

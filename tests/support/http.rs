@@ -1,0 +1,179 @@
+//! A deliberately small blocking HTTP/1.1 client for tests: it sends exactly the bytes a test
+//! writes (malformed ones included) and parses exactly one response at a time, so keep-alive,
+//! pipelining and framing can be asserted byte for byte.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {:?}", self.text()))
+    }
+}
+
+pub struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect to node");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.stream.write_all(raw).expect("write request");
+    }
+
+    /// Reads one response. `head_request`: the request was HEAD, so no body follows.
+    pub fn read(&mut self, head_request: bool) -> Reply {
+        let head_len = loop {
+            if let Some(i) = find(&self.buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            assert!(
+                self.fill() > 0,
+                "connection closed before a response head: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+        };
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut parsed = httparse::Response::new(&mut headers);
+        parsed
+            .parse(&self.buf[..head_len])
+            .expect("parse response head");
+        let status = parsed.code.unwrap();
+        let headers: Vec<(String, String)> = parsed
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        self.buf.drain(..head_len);
+        let reply = Reply {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        let no_body = head_request || status < 200 || status == 204 || status == 304;
+        let body = if no_body {
+            Vec::new()
+        } else if let Some(len) = reply.header("content-length") {
+            let len: usize = len.parse().unwrap();
+            while self.buf.len() < len {
+                assert!(self.fill() > 0, "connection closed mid-body");
+            }
+            self.buf.drain(..len).collect()
+        } else if reply.header("transfer-encoding").is_some() {
+            self.read_chunked()
+        } else {
+            while self.fill() > 0 {}
+            std::mem::take(&mut self.buf)
+        };
+        Reply { body, ..reply }
+    }
+
+    pub fn request(&mut self, raw: &[u8]) -> Reply {
+        self.send(raw);
+        self.read(raw.starts_with(b"HEAD "))
+    }
+
+    /// True once the server has closed the connection (reads EOF with nothing pending).
+    pub fn is_closed(&mut self) -> bool {
+        self.buf.is_empty() && matches!(self.stream.read(&mut [0u8; 1]), Ok(0) | Err(_))
+    }
+
+    fn fill(&mut self) -> usize {
+        let mut chunk = [0u8; 16384];
+        match self.stream.read(&mut chunk) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                n
+            }
+            Err(_) => 0,
+        }
+    }
+
+    fn read_chunked(&mut self) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(i) = find(&self.buf, b"\r\n") {
+                    break i;
+                }
+                assert!(self.fill() > 0, "closed in chunk size");
+            };
+            let size = usize::from_str_radix(
+                std::str::from_utf8(&self.buf[..line_end]).unwrap().trim(),
+                16,
+            )
+            .unwrap();
+            self.buf.drain(..line_end + 2);
+            while self.buf.len() < size + 2 {
+                assert!(self.fill() > 0, "closed in chunk");
+            }
+            body.extend(self.buf.drain(..size));
+            self.buf.drain(..2);
+            if size == 0 {
+                return body;
+            }
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// One request on a fresh connection.
+pub fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Reply {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    Client::connect(addr)
+        .request(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{auth}\r\n").as_bytes())
+}
+
+pub fn post_json(addr: SocketAddr, path: &str, token: Option<&str>, body: &str) -> Reply {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    Client::connect(addr).request(
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+}

@@ -1,0 +1,153 @@
+//! Runs the real `pinboard` binary as a child process for integration tests: configured through
+//! the environment, listening on a port the kernel picks, logging to a file the test can read.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use pinboard::passport::{TokenRequest, mint};
+
+pub const SECRET: &str = "integration-test-secret";
+
+pub struct Node {
+    child: Child,
+    pub addr: SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// Starts a node on `redis_url` with a test HS256 secret, plus `env` overrides
+    /// (`("PINBOARD_THREADS", "1")`, ...). Returns once it listens.
+    pub fn start(redis_url: &str, env: &[(&str, &str)]) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("node.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinboard"));
+        cmd.arg("serve");
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
+            cmd.env_remove(key);
+        }
+        cmd.env("PINBOARD_LISTEN", "127.0.0.1:0")
+            .env("PINBOARD_REDIS_URL", redis_url)
+            .env("PINBOARD_PASSPORT__HS256_SECRET", SECRET)
+            .env("PINBOARD_THREADS", "2")
+            .env("PINBOARD_LOG", "info,pinboard=debug")
+            .env("NO_COLOR", "1");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("spawn pinboard");
+        let mut node = Node {
+            child,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            log,
+            _dir: dir,
+        };
+        node.addr = node.wait_for_listen();
+        node
+    }
+
+    fn wait_for_listen(&mut self) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log();
+            if let Some(line) = log.lines().find(|l| l.contains("pinboard listening")) {
+                let addr = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("addr="))
+                    .expect("listen line names addr");
+                return addr.parse().unwrap();
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("pinboard exited with {status} before listening:\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pinboard did not listen in time:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut text);
+        }
+        text
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pinboard did not exit in time:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A worker credential for account `sub` on every namespace and loopback backends.
+    pub fn worker_token(&self, sub: &str) -> String {
+        token(sub, &["pinboard:worker"], &["*"])
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HS256 credential signed with the test secret.
+pub fn token(sub: &str, scopes: &[&str], namespaces: &[&str]) -> String {
+    mint(
+        SECRET,
+        &TokenRequest {
+            sub: sub.into(),
+            scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+            backend_hosts: vec!["127.0.0.1".into(), "localhost".into()],
+            ports: vec![],
+            hostnames: vec![],
+            envs: vec![],
+            ttl_secs: 3600,
+            issuer: None,
+            audience: None,
+        },
+    )
+    .expect("mint test token")
+}
+
+/// Polls `check` every 50 ms until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
+}

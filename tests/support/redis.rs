@@ -1,0 +1,323 @@
+//! Real Redis for integration tests: a throwaway `redis-server`, or a 3-master Redis Cluster, on
+//! free ports, each node in its own temp dir, killed on drop. `cli` runs redis-cli against a
+//! node so tests can check what landed in Redis independently of the code under test.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Starts tried before giving up; a start fails when another process grabs the port between
+/// our probe and redis-server's bind.
+const START_ATTEMPTS: usize = 5;
+const READY_WITHIN: Duration = Duration::from_secs(10);
+const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(30);
+
+pub struct RedisServer {
+    port: u16,
+    /// Cluster bus port, for cluster nodes.
+    bus_port: Option<u16>,
+    extra: Vec<String>,
+    password: Option<String>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// With extra redis-server arguments, e.g. `&["--requirepass", "s3cret"]` (`cli` and `url`
+    /// then carry the password).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::launch(extra, false)
+    }
+
+    fn launch(extra: &[&str], cluster: bool) -> RedisServer {
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let mut server = RedisServer {
+                port: free_port(),
+                bus_port: cluster.then(free_port),
+                extra: extra.iter().map(|a| a.to_string()).collect(),
+                password: extra
+                    .windows(2)
+                    .find(|w| w[0] == "--requirepass")
+                    .map(|w| w[1].to_string()),
+                dir: tempfile::tempdir().expect("temp dir for redis-server"),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server did not start after {START_ATTEMPTS} attempts: {last_error}");
+    }
+
+    /// Runs redis-server on this server's port and waits until it answers PING.
+    fn spawn(&mut self) -> Result<(), String> {
+        let port = self.port.to_string();
+        let dir = self.dir.path().to_str().expect("utf-8 temp dir");
+        let log = self.dir.path().join("redis.log");
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no", "--dir", dir])
+            .args(["--logfile", log.to_str().expect("utf-8 log path")]);
+        if let Some(bus) = self.bus_port {
+            cmd.args([
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus.to_string(),
+            ])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "5000"]);
+        }
+        let mut child = cmd
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run redis-server (is it installed at /usr/bin/redis-server?)");
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(status) = child.try_wait().expect("poll redis-server") {
+                let log = std::fs::read_to_string(&log).unwrap_or_default();
+                return Err(format!("port {port}: exited with {status}; log:\n{log}"));
+            }
+            if answers_ping(self.port) {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "port {port}: no PING answer within {READY_WITHIN:?}"
+                ));
+            }
+            sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://[:password@]127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// Kills the server (SIGKILL: connections die without a goodbye) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server if running, then starts it again on the same port and config. This
+    /// returns before clients notice the restart: a test that wants to see a client reconnect
+    /// should `stop`, wait for the client to notice, then `restart`.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last_error = e,
+            }
+            sleep(Duration::from_millis(200));
+        }
+        panic!("redis-server did not restart: {last_error}");
+    }
+
+    /// Runs `redis-cli` against this server (`args` may start with redis-cli options such as
+    /// `-n 3`) and returns its trimmed output. Panics if redis-cli fails.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        if let Some(password) = &self.password {
+            cmd.args(["-a", password, "--no-auth-warning"]);
+        }
+        let out = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli");
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success(),
+            "redis-cli {args:?} failed: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+/// Up means answering PING, or refusing it for want of a password.
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut reply = [0u8; 64];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read(&mut reply).is_ok_and(|n| {
+            let reply = &reply[..n];
+            reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH")
+        })
+}
+
+/// A 3-master Redis Cluster without replicas.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(&[], true)).collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node reports `cluster_state:ok` (a restarted node answers CLUSTERDOWN
+    /// for a while after it is back).
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + CLUSTER_READY_WITHIN;
+        while !self
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ok within {CLUSTER_READY_WITHIN:?}"
+            );
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis-cluster://{}", seeds.join(","))
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// To stop or restart one node; a restarted node rejoins with its slots (its nodes.conf
+    /// survives in its directory).
+    pub fn node_mut(&mut self, node: usize) -> &mut RedisServer {
+        &mut self.nodes[node]
+    }
+
+    pub fn node_id(&self, node: usize) -> String {
+        self.nodes[node].cli(&["CLUSTER", "MYID"])
+    }
+
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let slot = self.nodes[0].cli(&["CLUSTER", "KEYSLOT", key]);
+        slot.parse().expect("CLUSTER KEYSLOT answers a number")
+    }
+
+    /// The index of the node that serves `slot`, by each node's own account of its slots
+    /// (the `myself` line of CLUSTER NODES: `… connected 0-5460 7000 [7001->-id]`).
+    pub fn owner_of(&self, slot: u16) -> usize {
+        let owns = |node: &RedisServer| {
+            let nodes = node.cli(&["CLUSTER", "NODES"]);
+            let myself = nodes
+                .lines()
+                .find(|l| l.contains("myself"))
+                .expect("CLUSTER NODES lists myself");
+            myself.split(' ').skip(8).any(|range| {
+                let (first, last) = range.split_once('-').unwrap_or((range, range));
+                match (first.parse::<u16>(), last.parse::<u16>()) {
+                    (Ok(first), Ok(last)) => (first..=last).contains(&slot),
+                    _ => false,
+                }
+            })
+        };
+        self.nodes
+            .iter()
+            .position(owns)
+            .unwrap_or_else(|| panic!("no node owns slot {slot}"))
+    }
+
+    /// Marks `slot` migrating from `from` to `to` and moves all its keys over. Until
+    /// `finish_migration`, `from` answers ASK for the slot's keys.
+    pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        let slot = slot.to_string();
+        let (source, target) = (&self.nodes[from], &self.nodes[to]);
+        target.cli(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot,
+            "IMPORTING",
+            &self.node_id(from),
+        ]);
+        source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &self.node_id(to)]);
+        let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100000"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        if !keys.is_empty() {
+            let port = target.port.to_string();
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            migrate.extend(keys);
+            assert_eq!(source.cli(&migrate), "OK");
+        }
+    }
+
+    /// Assigns `slot` to `to` on every node, the target first as Redis recommends.
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let slot = slot.to_string();
+        let id = self.node_id(to);
+        let order = std::iter::once(to).chain((0..self.nodes.len()).filter(|&n| n != to));
+        for node in order {
+            self.nodes[node].cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+        }
+    }
+}
