@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::http::{Handler, Limits, Request, Response};
 use crate::operator;
 use crate::passport::Passport;
-use crate::redis::{Redis, RedisOptions};
+use crate::redis::{Keys, Redis, RedisOptions};
 use crate::registry;
 
 pub struct Shared {
@@ -53,13 +53,19 @@ impl Shared {
 pub struct Core {
     pub shared: Arc<Shared>,
     pub redis: Redis,
+    pub keys: Keys,
 }
 
 impl Core {
     /// Must run inside the core's event loop: the Redis connection is driven by it.
     pub fn new(shared: Arc<Shared>) -> Core {
         let redis = Redis::connect(&shared.config.redis_url, RedisOptions::default());
-        Core { shared, redis }
+        let keys = Keys::new(shared.config.prefix.clone(), shared.config.shards);
+        Core {
+            shared,
+            redis,
+            keys,
+        }
     }
 }
 

@@ -288,7 +288,7 @@ fn cluster_routes_each_key_to_its_master() {
         assert_eq!(owners.len(), 3, "keys cover every master");
         assert!(redis.cmd(&[b"PING"]).await.is_ok());
 
-        let keys = Keys::new("pinboard:");
+        let keys = Keys::new("pinboard:", 16);
         for id in ["thread-1", "thread-2", "thread-3", "thread-4"] {
             for node in cluster.nodes() {
                 node.cli(&["SCRIPT", "FLUSH"]);

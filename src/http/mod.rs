@@ -3,6 +3,7 @@
 //! [`Request`] and returns a [`Response`].
 
 mod chunked;
+mod client;
 mod head;
 mod json;
 mod request;
@@ -10,6 +11,7 @@ mod response;
 mod server;
 
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
+pub use client::{Answer, WorkerAddr, fetch};
 pub use head::{Framing, HeadDecoder, HeadError};
 pub use json::read_json;
 pub use request::{BodyError, Request};

@@ -11,17 +11,38 @@ pub fn bucket_of(id: &str, shards: u32) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % shards
 }
 
-/// Key names under the configured prefix.
+/// Key names under the configured prefix. Built once per core: the per-bucket prefixes are
+/// formatted up front so requests only borrow them.
 #[derive(Clone, Debug)]
 pub struct Keys {
     prefix: String,
+    registry: String,
+    buckets: Vec<String>,
 }
 
 impl Keys {
-    pub fn new(prefix: impl Into<String>) -> Keys {
+    pub fn new(prefix: impl Into<String>, shards: u32) -> Keys {
+        let prefix = prefix.into();
         Keys {
-            prefix: prefix.into(),
+            registry: format!("{prefix}{{r}}:"),
+            buckets: (0..shards).map(|b| format!("{prefix}{{{b}}}:")).collect(),
+            prefix,
         }
+    }
+
+    /// The prefix of every key of the registry slot (sessions, clients, control queues,
+    /// bindings, drains): scripts that touch only these run on one node.
+    pub fn registry(&self) -> &str {
+        &self.registry
+    }
+
+    /// The prefix of every key of one bucket (worker copies, namespace lists, placements).
+    pub fn bucket(&self, bucket: u32) -> &str {
+        &self.buckets[bucket as usize]
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.buckets.len() as u32
     }
 
     /// The placements hash of (bucket, env, namespace): field = instance id.
@@ -47,7 +68,9 @@ mod tests {
 
     #[test]
     fn placements_key_tags_the_bucket() {
-        let keys = Keys::new("pinboard:");
+        let keys = Keys::new("pinboard:", 16);
+        assert_eq!(keys.bucket(3), "pinboard:{3}:");
+        assert_eq!(keys.registry(), "pinboard:{r}:");
         assert_eq!(
             keys.placements(3, "default", "/threads"),
             "pinboard:{3}:default:/threads:placements"

@@ -18,7 +18,9 @@ use bytes::Bytes;
 
 pub use client::{Redis, RedisOptions};
 pub use keys::{Keys, bucket_of};
-pub use script::{READY, Script};
+pub use script::{
+    BUCKET_WORKER, CONTROL_PUSH, HEARTBEAT, READY, REGISTER, RELEASE, SESSION_DROP, Script, TAG,
+};
 pub use target::{Endpoint, RedisTarget};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -40,6 +40,21 @@ macro_rules! script {
 /// in milliseconds.
 pub static READY: LazyLock<Script> = script!("ready");
 
+/// The registry half of a registration: ownership, bindings, pruning, the session record.
+pub static REGISTER: LazyLock<Script> = script!("register");
+/// The registry half of a heartbeat: lease, flags, superseded check, control queue peek.
+pub static HEARTBEAT: LazyLock<Script> = script!("heartbeat");
+/// Drops a session from the registry slot (deregister, voided registration).
+pub static SESSION_DROP: LazyLock<Script> = script!("session_drop");
+/// Queues control messages to a session.
+pub static CONTROL_PUSH: LazyLock<Script> = script!("control_push");
+/// A worker's copy in one bucket: put (register, heartbeat, reclaim) or drop.
+pub static BUCKET_WORKER: LazyLock<Script> = script!("bucket_worker");
+/// Compare-and-delete of placement rows in one bucket.
+pub static RELEASE: LazyLock<Script> = script!("release");
+/// Compare-and-set of a placement's owner tag.
+pub static TAG: LazyLock<Script> = script!("tag");
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,22 +1,63 @@
-//! The registry's routes under `{base_path}/registry/`: authentication of every route, and
-//! the answer for paths that name no route.
+//! The registry: the worker protocol under `{base_path}/registry/` (register, heartbeat,
+//! release, tag, deregister), the authentication every registry route shares, and the answer
+//! for paths that name no route.
+//!
+//! State lives in Redis in two kinds of slot: the registry slot (`{prefix}{r}:`: sessions,
+//! clients, control queues, bindings, drains) and one slot per placement bucket
+//! (`{prefix}{b}:`: each worker's copy, namespace lists, placements). Every script touches one
+//! slot, so the same code runs on one Redis or a Redis Cluster.
 
-use http::StatusCode;
+mod deregister;
+mod fields;
+mod heartbeat;
+mod probe;
+mod register;
+mod release;
+mod session;
+mod store;
 
-use crate::error::Error;
+use http::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Origin};
 use crate::http::{Request, Response};
 use crate::node::Core;
-use crate::passport::Credential;
+use crate::passport::{Credential, RouteClaim};
+use crate::redis::CONTROL_PUSH;
+
+pub use fields::{valid_id, valid_namespace};
+pub use session::{SINGLE_ENV, Session, Takeover};
 
 pub const WORKER_SCOPE: &str = "pinboard:worker";
 
-pub async fn handle(core: &Core, req: &mut Request<'_>, _path: &str) -> Result<Response, Error> {
+pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Response, Error> {
     // Unknown registry paths authenticate as worker routes before answering, so probing
     // them tells an unauthenticated caller nothing about which routes exist.
-    if let Err(refusal) = authorize(core, req, WORKER_SCOPE) {
-        return Ok(refusal);
+    let credential = match authorize(core, req, WORKER_SCOPE) {
+        Ok(credential) => credential,
+        Err(refusal) => return Ok(refusal),
+    };
+    let route = &path["/registry".len()..];
+    let known = matches!(
+        route,
+        "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister"
+    );
+    if !known {
+        return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
     }
-    Ok(Response::error(StatusCode::NOT_FOUND, "not found"))
+    if req.method() != Method::POST {
+        return Ok(
+            Response::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+                .header(http::header::ALLOW, http::HeaderValue::from_static("POST")),
+        );
+    }
+    match route {
+        "/register" => register::register(core, req, &credential).await,
+        "/heartbeat" => heartbeat::heartbeat(core, req, &credential).await,
+        "/release" => release::release(core, req, &credential).await,
+        "/tag" => release::tag(core, req, &credential).await,
+        _ => deregister::deregister(core, req, &credential).await,
+    }
 }
 
 /// The credential of a registry request, or the answer refusing it: 401 without a valid
@@ -36,4 +77,111 @@ pub fn authorize(core: &Core, req: &Request<'_>, scope: &str) -> Result<Credenti
     }
     credential.route_claim().map_err(|_| forbidden())?;
     Ok(credential)
+}
+
+/// The route claim of a credential [`authorize`] accepted.
+fn claim_of(credential: &Credential) -> Result<&RouteClaim, Error> {
+    credential.route_claim().map_err(|_| {
+        Error::new(
+            Origin::Internal,
+            "authorized credential without a route claim",
+        )
+    })
+}
+
+/// The account of a credential [`authorize`] accepted.
+fn account_of(credential: &Credential) -> String {
+    credential.sub.clone().unwrap_or_default()
+}
+
+fn new_session_id() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `409 {"error":"unknown session","reregister":true}` (contract §5).
+fn unknown_session() -> Response {
+    Response::json_value(
+        StatusCode::CONFLICT,
+        &serde_json::json!({"error": "unknown session", "reregister": true}),
+    )
+}
+
+/// The session a worker route names, refused as the spec says: 409 when the registry has no
+/// record (or, with `live`, when its lease ran out), 403 when another account registered it.
+async fn owned_session(
+    core: &Core,
+    credential: &Credential,
+    session_id: &str,
+    live: bool,
+) -> Result<Result<Session, Response>, Error> {
+    let Some(session) = store::load_session(core, session_id).await? else {
+        return Ok(Err(unknown_session()));
+    };
+    if live && session.expiry <= now_ms() {
+        return Ok(Err(unknown_session()));
+    }
+    if credential.sub.as_deref() != Some(session.account.as_str()) {
+        return Ok(Err(fields::forbidden_generic()));
+    }
+    Ok(Ok(session))
+}
+
+/// Wall-clock ms, for checks the scripts repeat against Redis's own clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An operator drain of a client, as stored (`deadline` absent for a cordon).
+#[derive(Debug, Deserialize)]
+struct Drain {
+    deadline: Option<u64>,
+}
+
+impl Drain {
+    /// The remaining seconds of a timed drain, rounded up.
+    fn remaining_secs(&self, now: u64) -> Option<u64> {
+        self.deadline.map(|d| d.saturating_sub(now).div_ceil(1000))
+    }
+}
+
+#[derive(Serialize)]
+struct WindDown<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    ns: &'a str,
+    id: &'a str,
+    deadline: u64,
+}
+
+/// Queues a `wind_down` message to `session_id` for each (ns, id, deadline ms).
+async fn control_push(
+    core: &Core,
+    session_id: &str,
+    wind_downs: &[(String, String, u64)],
+) -> Result<(), Error> {
+    if wind_downs.is_empty() {
+        return Ok(());
+    }
+    let messages: Vec<WindDown> = wind_downs
+        .iter()
+        .map(|(ns, id, deadline)| WindDown {
+            kind: "wind_down",
+            ns,
+            id,
+            deadline: *deadline,
+        })
+        .collect();
+    let messages = serde_json::to_string(&messages).expect("messages serialize");
+    let lease = core.shared.config.lease_ttl_ms.to_string();
+    store::run_int(
+        core,
+        &CONTROL_PUSH,
+        core.keys.registry(),
+        &[session_id.as_bytes(), lease.as_bytes(), messages.as_bytes()],
+    )
+    .await?;
+    Ok(())
 }

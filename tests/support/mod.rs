@@ -5,3 +5,4 @@
 pub mod http;
 pub mod node;
 pub mod redis;
+pub mod worker;

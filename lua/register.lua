@@ -1,0 +1,139 @@
+-- The registry half of POST /registry/register, atomic in the registry slot.
+--
+-- KEYS[1]  registry key prefix ("{prefix}{r}:")
+-- ARGV[1]  new sessionId            ARGV[2] account (credential sub)
+-- ARGV[3]  clientId                 ARGV[4] session record (JSON, expiry filled in here)
+-- ARGV[5]  lease TTL (ms)           ARGV[6] binding epoch (integer)
+-- ARGV[7]  host bindings wanted: JSON [[hostname..ns, env], ...] ('[]' in single mode)
+-- ARGV[8]  env bindings wanted:  JSON [[env, takeover], ...]      ('[]' in single mode)
+--
+-- Returns JSON: {conflict = "..."} (409, nothing written), or
+-- {expiry, now, drain = {deadline = ms}|false, replaced = old sessionId|false}.
+local K = KEYS[1]
+local sid, account, client = ARGV[1], ARGV[2], ARGV[3]
+local session = cjson.decode(ARGV[4])
+local lease = tonumber(ARGV[5])
+local epoch = tonumber(ARGV[6])
+local hosts_wanted = cjson.decode(ARGV[7])
+local envs_wanted = cjson.decode(ARGV[8])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Ownership: a clientId belongs to the first account that registered it.
+local owner = redis.call('HGET', K .. 'clients', client)
+if owner then
+  owner = cjson.decode(owner)
+  if owner.account ~= account then
+    return cjson.encode({conflict = 'client belongs to another account'})
+  end
+end
+
+-- Bindings (hostname-aware): every conflict is found before anything is written.
+local host_writes, env_writes = {}, {}
+for _, want in ipairs(hosts_wanted) do
+  local key, env = want[1], want[2]
+  local bound = redis.call('HGET', K .. 'bind:hosts', key)
+  if bound then
+    bound = cjson.decode(bound)
+    if bound.env ~= env and epoch <= bound.epoch then
+      return cjson.encode({conflict = 'hostname ' .. key .. ' is bound to env ' .. bound.env ..
+        ' at epoch ' .. bound.epoch .. ', not ' .. env .. ' — register with a higher epoch to displace'})
+    end
+    if bound.env ~= env or epoch > bound.epoch then
+      host_writes[#host_writes + 1] = {key, env, bound.env ~= env}
+    end
+  else
+    host_writes[#host_writes + 1] = {key, env, false}
+  end
+end
+for _, want in ipairs(envs_wanted) do
+  local env, takeover = want[1], want[2]
+  local bound = redis.call('HGET', K .. 'bind:envs', env)
+  if bound then
+    bound = cjson.decode(bound)
+    if bound.takeover ~= takeover and epoch <= bound.epoch then
+      return cjson.encode({conflict = 'env ' .. env .. ' agreed takeover ' .. bound.takeover ..
+        ' at epoch ' .. bound.epoch .. ', not ' .. takeover .. ' — register with a higher epoch to displace'})
+    end
+    if bound.takeover ~= takeover or epoch > bound.epoch then
+      env_writes[#env_writes + 1] = {env, takeover}
+    end
+  else
+    env_writes[#env_writes + 1] = {env, takeover}
+  end
+end
+
+for _, w in ipairs(host_writes) do
+  redis.call('HSET', K .. 'bind:hosts', w[1], cjson.encode({env = w[2], epoch = epoch}))
+  if w[3] then
+    -- Displaced: new placements in this (hostname, ns) wait one lease for the old env's
+    -- workers to hear they were superseded.
+    redis.call('HSET', K .. 'bind:quarantine', w[1], now + lease)
+  end
+end
+for _, w in ipairs(env_writes) do
+  redis.call('HSET', K .. 'bind:envs', w[1], cjson.encode({takeover = w[2], epoch = epoch}))
+end
+
+-- Prune sessions dead for more than a lease, and the bindings no live session uses.
+local live_hosts, live_envs = {}, {}
+local all = redis.call('HGETALL', K .. 'sessions')
+for i = 1, #all, 2 do
+  local s = cjson.decode(all[i + 1])
+  if s.expiry + lease < now then
+    redis.call('HDEL', K .. 'sessions', all[i])
+    redis.call('DEL', K .. 'control:' .. all[i])
+    local c = redis.call('HGET', K .. 'clients', s.clientId)
+    if c and cjson.decode(c).sessionId == all[i] then
+      redis.call('HDEL', K .. 'clients', s.clientId)
+    end
+  elseif s.expiry > now and s.hostname then
+    for _, ns in ipairs(s.namespaces) do
+      live_hosts[s.hostname .. ns] = true
+    end
+    live_envs[s.env] = true
+    for _, env in pairs(s.envs) do
+      live_envs[env] = true
+    end
+  end
+end
+for _, w in ipairs(hosts_wanted) do live_hosts[w[1]] = true end
+for _, w in ipairs(envs_wanted) do live_envs[w[1]] = true end
+local bound_hosts = redis.call('HKEYS', K .. 'bind:hosts')
+for _, key in ipairs(bound_hosts) do
+  if not live_hosts[key] then
+    redis.call('HDEL', K .. 'bind:hosts', key)
+    redis.call('HDEL', K .. 'bind:quarantine', key)
+  end
+end
+local bound_envs = redis.call('HKEYS', K .. 'bind:envs')
+for _, env in ipairs(bound_envs) do
+  if not live_envs[env] then
+    redis.call('HDEL', K .. 'bind:envs', env)
+  end
+end
+
+-- One live session per client: a new registration replaces the previous one.
+local replaced = false
+if owner and owner.sessionId ~= sid then
+  if redis.call('HDEL', K .. 'sessions', owner.sessionId) == 1 then
+    replaced = owner.sessionId
+  end
+  redis.call('DEL', K .. 'control:' .. owner.sessionId)
+end
+redis.call('HSET', K .. 'clients', client, cjson.encode({account = account, sessionId = sid}))
+
+-- An operator drain of this client: draining, and a timed one bounds the lease.
+local expiry = now + lease
+local drain = redis.call('GET', K .. 'drain:' .. client)
+if drain then
+  drain = cjson.decode(drain)
+  if drain.deadline then
+    expiry = math.min(expiry, drain.deadline)
+  end
+else
+  drain = false
+end
+session.expiry = expiry
+redis.call('HSET', K .. 'sessions', sid, cjson.encode(session))
+return cjson.encode({expiry = expiry, now = now, drain = drain, replaced = replaced})

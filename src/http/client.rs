@@ -1,0 +1,291 @@
+//! One-shot HTTP/1.1 requests to workers: the registration and heartbeat probes, `_pinned/stats`
+//! calls. A fresh connection per call, one request, the whole (capped) answer, all within one
+//! deadline. The forwarding data plane keeps pooled connections instead; these calls are rare.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, Method, StatusCode, header};
+use monoio::io::AsyncWriteRentExt;
+use monoio::net::TcpStream;
+use monoio_codec::{Decoded, Decoder};
+use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
+
+use super::chunked::{ChunkedDecoder, Piece};
+use super::request::read_into;
+use crate::error::{Error, Origin};
+
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Where a worker is reached, parsed from its advertise URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerAddr {
+    pub tls: bool,
+    /// Lowercased; IPv6 literals without brackets.
+    pub host: String,
+    pub port: u16,
+    /// The URL's own path without its trailing slash (`""` for none): it prefixes every path
+    /// sent to the worker.
+    pub base: String,
+}
+
+impl WorkerAddr {
+    /// Parses an advertise URL by the spec's field rules: an HTTP(S) URL with a host and no
+    /// userinfo; trailing slashes stripped. The error names the rule broken.
+    pub fn parse(url: &str) -> Result<WorkerAddr, &'static str> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|_| "advertiseUrl must be an http or https URL")?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err("advertiseUrl must be an http or https URL"),
+        };
+        let authority = uri.authority().ok_or("advertiseUrl must name a host")?;
+        if authority.as_str().contains('@') {
+            return Err("advertiseUrl must not carry userinfo");
+        }
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        if host.is_empty() {
+            return Err("advertiseUrl must name a host");
+        }
+        if uri.query().is_some() || url.contains('#') {
+            return Err("advertiseUrl must not carry a query or fragment");
+        }
+        let port = match authority.port_u16() {
+            Some(0) => return Err("advertiseUrl port must be 1-65535"),
+            Some(p) => p,
+            None if authority.as_str().ends_with(':') => {
+                return Err("advertiseUrl port must be 1-65535");
+            }
+            None if tls => 443,
+            None => 80,
+        };
+        Ok(WorkerAddr {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port,
+            base: uri.path().trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// The URL in canonical form (what the registry stores and lists).
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        if self.host.contains(':') {
+            format!("{scheme}://[{}]:{}{}", self.host, self.port, self.base)
+        } else {
+            format!("{scheme}://{}:{}{}", self.host, self.port, self.base)
+        }
+    }
+}
+
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Sends one request to `target` at `path` (which must start with `/`) and reads the answer,
+/// all within `deadline`. The body is capped at `max_body` bytes.
+pub async fn fetch(
+    target: &WorkerAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    deadline: Duration,
+    max_body: usize,
+) -> Result<Answer, Error> {
+    match monoio::time::timeout(
+        deadline,
+        exchange(target, method, path, headers, body, max_body),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_) => Err(Error::new(Origin::Upstream, "timed out").retryable(true)),
+    }
+}
+
+async fn exchange(
+    target: &WorkerAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    max_body: usize,
+) -> Result<Answer, Error> {
+    let upstream = |context: &'static str| move |e| Error::because(Origin::Upstream, context, e);
+    if target.tls {
+        return Err(Error::new(
+            Origin::Upstream,
+            "https advertise URLs are not supported yet",
+        ));
+    }
+    let mut stream = TcpStream::connect((target.host.as_str(), target.port))
+        .await
+        .map_err(upstream("connecting"))?;
+    let _ = stream.set_nodelay(true);
+
+    let mut out = Vec::with_capacity(256 + body.len());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.base.as_bytes());
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+    out.extend_from_slice(target.host.as_bytes());
+    out.extend_from_slice(
+        format!(
+            ":{}\r\ncontent-length: {}\r\nconnection: close\r\n",
+            target.port,
+            body.len()
+        )
+        .as_bytes(),
+    );
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    let (written, _) = stream.write_all(out).await;
+    written.map_err(upstream("sending the request"))?;
+
+    let mut buf = BytesMut::with_capacity(4096);
+    let head = loop {
+        match ResponseHeadDecoder.decode(&mut buf) {
+            Ok(Decoded::Some(head)) => break head,
+            Ok(_) if buf.len() > MAX_HEAD => {
+                return Err(Error::new(Origin::Upstream, "response head too large"));
+            }
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::because(
+                    Origin::Upstream,
+                    "malformed response head",
+                    e,
+                ));
+            }
+        }
+        if read_into(&mut stream, &mut buf)
+            .await
+            .map_err(upstream("reading"))?
+            == 0
+        {
+            return Err(Error::new(Origin::Upstream, "closed before answering"));
+        }
+    };
+
+    let too_large = || Error::new(Origin::Upstream, "response body too large");
+    let chunked = head
+        .headers
+        .get(header::TRANSFER_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    let length = head
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let no_body = method == Method::HEAD
+        || head.status.is_informational()
+        || head.status == StatusCode::NO_CONTENT
+        || head.status == StatusCode::NOT_MODIFIED;
+    let body = if no_body {
+        Bytes::new()
+    } else if chunked {
+        let mut decoder = ChunkedDecoder::default();
+        let mut body = BytesMut::new();
+        loop {
+            match decoder.decode(&mut buf) {
+                Err(e) => {
+                    return Err(Error::because(
+                        Origin::Upstream,
+                        "malformed chunked body",
+                        e,
+                    ));
+                }
+                Ok(Some(Piece::End)) => break body.freeze(),
+                Ok(Some(Piece::Data(d))) => {
+                    if body.len() + d.len() > max_body {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&d);
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            if read_into(&mut stream, &mut buf)
+                .await
+                .map_err(upstream("reading"))?
+                == 0
+            {
+                return Err(Error::new(Origin::Upstream, "closed mid-body"));
+            }
+        }
+    } else {
+        if length.is_some_and(|l| l > max_body) {
+            return Err(too_large());
+        }
+        loop {
+            if length.is_some_and(|l| buf.len() >= l) {
+                break buf.split_to(length.unwrap_or_default()).freeze();
+            }
+            if buf.len() > max_body {
+                return Err(too_large());
+            }
+            if read_into(&mut stream, &mut buf)
+                .await
+                .map_err(upstream("reading"))?
+                == 0
+            {
+                if length.is_some() {
+                    return Err(Error::new(Origin::Upstream, "closed mid-body"));
+                }
+                break buf.split().freeze();
+            }
+        }
+    };
+    Ok(Answer {
+        status: head.status,
+        headers: head.headers,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WorkerAddr;
+
+    #[test]
+    fn advertise_url_rules() {
+        let a = WorkerAddr::parse("http://Worker-1.local:8081/base//").unwrap();
+        assert_eq!(
+            (a.host.as_str(), a.port, a.base.as_str()),
+            ("worker-1.local", 8081, "/base")
+        );
+        assert_eq!(a.url(), "http://worker-1.local:8081/base");
+        let v6 = WorkerAddr::parse("https://[::1]/").unwrap();
+        assert_eq!(
+            (v6.tls, v6.host.as_str(), v6.port, v6.url().as_str()),
+            (true, "::1", 443, "https://[::1]:443")
+        );
+        for (bad, rule) in [
+            ("ftp://h:1", "advertiseUrl must be an http or https URL"),
+            ("not a url", "advertiseUrl must be an http or https URL"),
+            ("/relative", "advertiseUrl must be an http or https URL"),
+            ("http://user:pw@h:1", "advertiseUrl must not carry userinfo"),
+            (
+                "http://h:1/?q=1",
+                "advertiseUrl must not carry a query or fragment",
+            ),
+            ("http://h:0", "advertiseUrl port must be 1-65535"),
+        ] {
+            assert_eq!(WorkerAddr::parse(bad), Err(rule), "{bad}");
+        }
+    }
+}

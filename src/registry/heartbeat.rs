@@ -1,0 +1,214 @@
+//! `POST /registry/heartbeat`: re-probe the advertise URL, renew the lease, carry headroom,
+//! draining and degraded into every bucket, deliver control messages until acked.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::fields::{Scope, check_claim, forbidden_generic};
+use super::probe::{Probe, probe};
+use super::session::Session;
+use super::store::{self, lua_list, lua_option};
+use super::{Drain, claim_of, owned_session, unknown_session};
+use crate::error::Error;
+use crate::http::{Request, Response, WorkerAddr, read_json};
+use crate::node::Core;
+use crate::passport::Credential;
+use crate::redis::HEARTBEAT;
+
+const BODY_LIMIT: usize = 1024 * 1024;
+const SHAPE: &str =
+    "{sessionId, headroom: number, draining: boolean, challenge, challengeValue, acks?: msgId[]}";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Body {
+    session_id: String,
+    headroom: f64,
+    draining: bool,
+    challenge: String,
+    challenge_value: Value,
+    #[serde(default)]
+    acks: Vec<MsgId>,
+}
+
+/// Message ids go out as numbers; a worker may echo them back as numbers or strings.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MsgId {
+    Number(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+struct Outcome {
+    #[serde(default)]
+    unknown: bool,
+    superseded: Option<String>,
+    session: Option<Session>,
+    #[serde(default)]
+    now: u64,
+    #[serde(default, deserialize_with = "lua_option")]
+    drain: Option<Drain>,
+    #[serde(default, deserialize_with = "lua_list")]
+    messages: Vec<Stored>,
+}
+
+/// A control message as queued: `deadline` absolute (ms), absent when it revokes.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    msg_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    ns: String,
+    id: String,
+    #[serde(default, deserialize_with = "lua_option")]
+    deadline: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Message {
+    msg_id: u64,
+    #[serde(rename = "type")]
+    kind: String,
+    ns: String,
+    id: String,
+    /// Seconds left at peek time; `null` revokes.
+    deadline: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    expires_in_ms: u64,
+    draining: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_deadline: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    degraded: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    messages: Vec<Message>,
+}
+
+pub async fn heartbeat(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body = match read_json::<Body>(req, BODY_LIMIT, SHAPE).await {
+        Ok(body) if !body.headroom.is_finite() || body.headroom < 0.0 => {
+            return Ok(super::fields::bad_request(&format!("expected {SHAPE}")));
+        }
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    let session = match owned_session(core, credential, &body.session_id, true).await? {
+        Ok(session) => session,
+        Err(refusal) => return Ok(refusal),
+    };
+    // A credential whose claims no longer cover the record may not keep it alive.
+    let Ok(advertise) = WorkerAddr::parse(&session.advertise_url) else {
+        return Ok(forbidden_generic());
+    };
+    if check_claim(claim_of(credential)?, &Scope::of(&session, &advertise)).is_err() {
+        return Ok(forbidden_generic());
+    }
+
+    let timeout = Duration::from_millis(core.shared.config.verify_timeout_ms);
+    let probed = probe(
+        &advertise,
+        &session.secret,
+        &body.challenge,
+        &body.challenge_value,
+        timeout,
+    )
+    .await;
+    let outcome = match probed {
+        Probe::Pass => "pass",
+        Probe::Failed(detail) => {
+            warn!(session = %session.session_id, url = %session.advertise_url, %detail, "heartbeat probe failed; worker degraded");
+            "degraded"
+        }
+        Probe::Mismatch => {
+            warn!(session = %session.session_id, url = %session.advertise_url, "another worker answers at the advertise URL; registration voided");
+            store::drop_session(core, &session.session_id, false).await?;
+            return Ok(Response::json_value(
+                StatusCode::CONFLICT,
+                &serde_json::json!({
+                    "error": "registration voided: challenge value mismatch on the advertise URL",
+                    "reregister": true
+                }),
+            ));
+        }
+    };
+
+    let acks: Vec<String> = body
+        .acks
+        .into_iter()
+        .map(|id| match id {
+            MsgId::Number(n) => n.to_string(),
+            MsgId::Text(s) => s,
+        })
+        .collect();
+    let acks = serde_json::to_string(&acks).expect("acks serialize");
+    let headroom = body.headroom.to_string();
+    let lease = core.shared.config.lease_ttl_ms.to_string();
+    let draining: &[u8] = if body.draining { b"1" } else { b"0" };
+    let result: Outcome = store::run(
+        core,
+        &HEARTBEAT,
+        core.keys.registry(),
+        &[
+            body.session_id.as_bytes(),
+            headroom.as_bytes(),
+            draining,
+            outcome.as_bytes(),
+            acks.as_bytes(),
+            lease.as_bytes(),
+        ],
+    )
+    .await?;
+    if let Some(superseded) = result.superseded {
+        info!(session = %body.session_id, %superseded, "worker superseded");
+        store::drop_session(core, &body.session_id, false).await?;
+        return Ok(Response::json_value(
+            StatusCode::CONFLICT,
+            &serde_json::json!({"error": superseded, "superseded": true}),
+        ));
+    }
+    let Some(session) = result.session.filter(|_| !result.unknown) else {
+        return Ok(unknown_session());
+    };
+    store::put_everywhere(core, &session, result.drain.is_some(), None).await?;
+
+    let now = result.now;
+    let mut messages: Vec<Message> = result
+        .messages
+        .into_iter()
+        .filter_map(|m| {
+            Some(Message {
+                msg_id: m.msg_id.parse().ok()?,
+                kind: m.kind,
+                ns: m.ns,
+                id: m.id,
+                deadline: m.deadline.map(|d| d.saturating_sub(now).div_ceil(1000)),
+            })
+        })
+        .collect();
+    messages.sort_by_key(|m| m.msg_id);
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &Answer {
+            expires_in_ms: core.shared.config.lease_ttl_ms,
+            draining: session.draining || result.drain.is_some(),
+            drain_deadline: result.drain.as_ref().and_then(|d| d.remaining_secs(now)),
+            degraded: session.degraded_since.map(|_| true),
+            messages,
+        },
+    ))
+}

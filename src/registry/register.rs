@@ -1,0 +1,303 @@
+//! `POST /registry/register`: field rules, claim checks, the ownership probe, then the session
+//! written to the registry slot and copied into every bucket (reclaiming held ids).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::fields::{Scope, bad_request, check_claim, normalize_name, valid_namespace};
+use super::probe::{Probe, probe};
+use super::session::{Session, Takeover};
+use super::store::{self, Reclaim, lua_option};
+use super::{Drain, control_push, new_session_id, unknown_session};
+use super::{account_of, claim_of};
+use crate::error::Error;
+use crate::http::{Request, Response, WorkerAddr, read_json};
+use crate::node::Core;
+use crate::passport::Credential;
+use crate::redis::REGISTER;
+
+/// Registration bodies may list many held instances.
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+const SHAPE: &str = "{clientId, secret, namespaces: string[], advertiseUrl, headroom: number, \
+draining: boolean, challenge, challengeValue, hostname?, env?, envs?: {ns: env}, \
+takeover?: wind_down|deny, epoch?: integer >= 0, instances?: {ns: id[]}, prevSessionId?}";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Body {
+    client_id: String,
+    secret: String,
+    namespaces: Vec<String>,
+    advertise_url: String,
+    headroom: f64,
+    draining: bool,
+    challenge: String,
+    challenge_value: Value,
+    hostname: Option<String>,
+    env: Option<String>,
+    envs: Option<BTreeMap<String, String>>,
+    takeover: Option<Takeover>,
+    epoch: Option<u64>,
+    instances: Option<BTreeMap<String, Vec<String>>>,
+    prev_session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Outcome {
+    conflict: Option<String>,
+    #[serde(default)]
+    expiry: u64,
+    #[serde(default)]
+    now: u64,
+    #[serde(default, deserialize_with = "lua_option")]
+    drain: Option<Drain>,
+    #[serde(default, deserialize_with = "lua_option")]
+    replaced: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    session_id: String,
+    expires_in_ms: u64,
+    draining: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_deadline: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    duplicates: Vec<Held>,
+}
+
+#[derive(Serialize)]
+struct Held {
+    ns: String,
+    id: String,
+}
+
+pub async fn register(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body: Body = match read_json(req, BODY_LIMIT, SHAPE).await {
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    let config = &core.shared.config;
+    let (mut s, registration) = match validate(body, config.hostname_aware) {
+        Ok(v) => v,
+        Err(refusal) => return Ok(refusal),
+    };
+    let Registration {
+        advertise,
+        challenge,
+        challenge_value,
+        instances,
+        prev_session,
+        epoch,
+    } = registration;
+    if let Err(refusal) = check_claim(claim_of(credential)?, &Scope::of(&s, &advertise)) {
+        return Ok(refusal);
+    }
+    s.account = account_of(credential);
+
+    let timeout = Duration::from_millis(config.verify_timeout_ms);
+    match probe(&advertise, &s.secret, &challenge, &challenge_value, timeout).await {
+        Probe::Pass => {}
+        outcome => {
+            warn!(client = %s.client_id, url = %s.advertise_url, ?outcome, "registration probe failed");
+            return Ok(bad_request("registration probe failed"));
+        }
+    }
+
+    let hosts_wanted: Vec<(String, &str)> = match &s.hostname {
+        Some(h) => s
+            .namespaces
+            .iter()
+            .map(|ns| (format!("{h}{ns}"), s.env_of(ns)))
+            .collect(),
+        None => Vec::new(),
+    };
+    let envs_wanted: Vec<(&str, &str)> = match s.takeover {
+        Some(t) => s
+            .env
+            .iter()
+            .chain(s.envs.values())
+            .map(String::as_str)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(|env| (env, t.as_str()))
+            .collect(),
+        None => Vec::new(),
+    };
+    let record = serde_json::to_string(&s).expect("session serializes");
+    let lease = config.lease_ttl_ms.to_string();
+    let epoch = epoch.to_string();
+    let hosts_wanted = serde_json::to_string(&hosts_wanted).expect("serializes");
+    let envs_wanted = serde_json::to_string(&envs_wanted).expect("serializes");
+    let outcome: Outcome = store::run(
+        core,
+        &REGISTER,
+        core.keys.registry(),
+        &[
+            s.session_id.as_bytes(),
+            s.account.as_bytes(),
+            s.client_id.as_bytes(),
+            record.as_bytes(),
+            lease.as_bytes(),
+            epoch.as_bytes(),
+            hosts_wanted.as_bytes(),
+            envs_wanted.as_bytes(),
+        ],
+    )
+    .await?;
+    if let Some(conflict) = outcome.conflict {
+        return Ok(Response::error(StatusCode::CONFLICT, &conflict));
+    }
+    s.expiry = outcome.expiry;
+
+    let reclaim = Reclaim {
+        replaces: outcome.replaced.as_deref(),
+        prev_session: prev_session.as_deref(),
+        instances: &instances,
+    };
+    let buckets = store::put_everywhere(core, &s, outcome.drain.is_some(), Some(&reclaim)).await?;
+    // A concurrent registration of the same client may have replaced this session while its
+    // copies were being written; they must not outlive it.
+    if store::load_session(core, &s.session_id).await?.is_none() {
+        store::drop_session(core, &s.session_id, false).await?;
+        return Ok(unknown_session());
+    }
+    control_push(core, &s.session_id, &buckets.wind_downs).await?;
+    info!(session = %s.session_id, client = %s.client_id, url = %s.advertise_url, "worker registered");
+
+    let drain_deadline = outcome
+        .drain
+        .as_ref()
+        .and_then(|d| d.remaining_secs(outcome.now));
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &Answer {
+            session_id: s.session_id.clone(),
+            expires_in_ms: config.lease_ttl_ms,
+            draining: s.draining || outcome.drain.is_some(),
+            drain_deadline,
+            duplicates: buckets
+                .duplicates
+                .into_iter()
+                .map(|(ns, id)| Held { ns, id })
+                .collect(),
+        },
+    ))
+}
+
+/// What a registration carries besides the session record.
+struct Registration {
+    advertise: WorkerAddr,
+    challenge: String,
+    challenge_value: Value,
+    instances: BTreeMap<String, Vec<String>>,
+    prev_session: Option<String>,
+    epoch: u64,
+}
+
+/// Applies the field rules (400s), in single or hostname-aware mode.
+fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration), Response> {
+    let expected = || bad_request(&format!("expected {SHAPE}"));
+    if body.client_id.is_empty()
+        || body.secret.is_empty()
+        || body.challenge.is_empty()
+        || body.namespaces.is_empty()
+        || !body.headroom.is_finite()
+        || body.headroom < 0.0
+    {
+        return Err(expected());
+    }
+    if let Some(ns) = body.namespaces.iter().find(|ns| !valid_namespace(ns)) {
+        return Err(bad_request(&format!("invalid namespace: {ns}")));
+    }
+    let namespaces: Vec<String> = body
+        .namespaces
+        .iter()
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let registered = |ns: &String| -> Result<(), Response> {
+        if namespaces.contains(ns) {
+            Ok(())
+        } else {
+            Err(bad_request(&format!("namespace not registered: {ns}")))
+        }
+    };
+    let advertise = WorkerAddr::parse(&body.advertise_url).map_err(bad_request)?;
+
+    let (hostname, env, envs, takeover) = if hostname_aware {
+        let Some(hostname) = &body.hostname else {
+            return Err(bad_request("hostname is required in hostname-aware mode"));
+        };
+        let hostname = normalize_name("hostname", hostname)?;
+        let env = match &body.env {
+            Some(env) => normalize_name("env", env)?,
+            None => hostname.clone(),
+        };
+        let mut envs = BTreeMap::new();
+        for (ns, env) in body.envs.iter().flatten() {
+            registered(ns)?;
+            envs.insert(ns.clone(), normalize_name("env", env)?);
+        }
+        let takeover = body.takeover.unwrap_or(Takeover::WindDown);
+        (Some(hostname), Some(env), envs, Some(takeover))
+    } else {
+        for (field, present) in [
+            ("hostname", body.hostname.is_some()),
+            ("env", body.env.is_some()),
+            ("envs", body.envs.is_some()),
+            ("takeover", body.takeover.is_some()),
+            ("epoch", body.epoch.is_some_and(|e| e != 0)),
+        ] {
+            if present {
+                return Err(bad_request(&format!(
+                    "{field} requires hostname-aware mode"
+                )));
+            }
+        }
+        (None, None, BTreeMap::new(), None)
+    };
+    let instances = body.instances.unwrap_or_default();
+    for ns in instances.keys() {
+        registered(ns)?;
+    }
+    let session = Session {
+        session_id: new_session_id(),
+        client_id: body.client_id,
+        account: String::new(),
+        secret: body.secret,
+        advertise_url: body.advertise_url.trim_end_matches('/').to_string(),
+        namespaces,
+        hostname,
+        env,
+        envs,
+        takeover,
+        headroom: body.headroom,
+        draining: body.draining,
+        degraded_since: None,
+        expiry: 0,
+    };
+    Ok((
+        session,
+        Registration {
+            advertise,
+            challenge: body.challenge,
+            challenge_value: body.challenge_value,
+            instances,
+            prev_session: body.prev_session_id,
+            epoch: body.epoch.unwrap_or(0),
+        },
+    ))
+}

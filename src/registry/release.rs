@@ -1,0 +1,171 @@
+//! `POST /registry/release` (compare-and-delete) and `POST /registry/tag` (compare-and-set of
+//! the owner tag): both act on a row only while it still belongs to the quoted session and
+//! epoch, so a stale worker can never free or label a row re-placed elsewhere.
+
+use std::collections::BTreeMap;
+
+use http::StatusCode;
+use serde::Deserialize;
+
+use super::fields::{bad_request, forbidden, valid_namespace};
+use super::session::Session;
+use super::store;
+use super::{claim_of, owned_session};
+use crate::error::Error;
+use crate::http::{Request, Response, read_json};
+use crate::node::Core;
+use crate::passport::Credential;
+use crate::redis::{RELEASE, TAG, bucket_of};
+
+const BODY_LIMIT: usize = 1024 * 1024;
+const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits}] (non-empty)";
+const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Row {
+    session_id: String,
+    namespace: String,
+    id: String,
+    epoch: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TagBody {
+    #[serde(flatten)]
+    row: Row,
+    tag: String,
+}
+
+fn digits(epoch: &Option<String>) -> bool {
+    epoch
+        .as_deref()
+        .is_none_or(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
+}
+
+pub async fn release(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let rows: Vec<Row> = match read_json(req, BODY_LIMIT, RELEASE_SHAPE).await {
+        Ok(rows) => rows,
+        Err(refusal) => return Ok(refusal),
+    };
+    if rows.is_empty() || !rows.iter().all(|r| digits(&r.epoch)) {
+        return Ok(bad_request(&format!("expected {RELEASE_SHAPE}")));
+    }
+    // Every row is checked before any is released: a refused request changes nothing.
+    let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
+    let mut by_bucket: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
+    for row in &rows {
+        if !sessions.contains_key(row.session_id.as_str()) {
+            match checked_session(core, credential, row).await? {
+                Ok(session) => sessions.insert(&row.session_id, session),
+                Err(refusal) => return Ok(refusal),
+            };
+        } else if let Err(refusal) = check_row(credential, &sessions[row.session_id.as_str()], row)?
+        {
+            return Ok(refusal);
+        }
+    }
+    for row in &rows {
+        let env = sessions[row.session_id.as_str()].env_of(&row.namespace);
+        let args = by_bucket
+            .entry(bucket_of(&row.id, core.keys.shards()))
+            .or_default();
+        args.extend([
+            env.as_bytes(),
+            row.namespace.as_bytes(),
+            row.id.as_bytes(),
+            row.session_id.as_bytes(),
+            row.epoch.as_deref().unwrap_or("").as_bytes(),
+        ]);
+    }
+    let mut released = 0;
+    for (bucket, args) in &by_bucket {
+        released += store::run_int(core, &RELEASE, core.keys.bucket(*bucket), args).await?;
+    }
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &serde_json::json!({ "released": released }),
+    ))
+}
+
+pub async fn tag(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body: TagBody = match read_json(req, BODY_LIMIT, TAG_SHAPE).await {
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    let tag_len = body.tag.chars().count();
+    if body.row.epoch.is_none() || !digits(&body.row.epoch) || !(1..=256).contains(&tag_len) {
+        return Ok(bad_request(&format!("expected {TAG_SHAPE}")));
+    }
+    let row = &body.row;
+    let session = match checked_session(core, credential, row).await? {
+        Ok(session) => session,
+        Err(refusal) => return Ok(refusal),
+    };
+    let bucket = bucket_of(&row.id, core.keys.shards());
+    let tagged = store::run_int(
+        core,
+        &TAG,
+        core.keys.bucket(bucket),
+        &[
+            session.env_of(&row.namespace).as_bytes(),
+            row.namespace.as_bytes(),
+            row.id.as_bytes(),
+            row.session_id.as_bytes(),
+            row.epoch.as_deref().unwrap_or("").as_bytes(),
+            body.tag.as_bytes(),
+        ],
+    )
+    .await?;
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &serde_json::json!({ "tagged": tagged == 1 }),
+    ))
+}
+
+/// The row's session, refused as the spec says. Release and tag skip the expiry check: a
+/// worker whose lease just ran out may still give back what it held.
+async fn checked_session(
+    core: &Core,
+    credential: &Credential,
+    row: &Row,
+) -> Result<Result<Session, Response>, Error> {
+    let session = match owned_session(core, credential, &row.session_id, false).await? {
+        Ok(session) => session,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    Ok(check_row(credential, &session, row)?.map(|()| session))
+}
+
+/// The row-level rules once its session is known: inside the claim, a registered namespace.
+fn check_row(
+    credential: &Credential,
+    session: &Session,
+    row: &Row,
+) -> Result<Result<(), Response>, Error> {
+    if !valid_namespace(&row.namespace) {
+        return Ok(Err(bad_request("invalid namespace")));
+    }
+    if !claim_of(credential)?.allows_namespace(&row.namespace) {
+        return Ok(Err(forbidden(&format!(
+            "namespace not allowed: {}",
+            row.namespace
+        ))));
+    }
+    if !session.namespaces.contains(&row.namespace) {
+        return Ok(Err(bad_request(&format!(
+            "namespace not registered: {}",
+            row.namespace
+        ))));
+    }
+    Ok(Ok(()))
+}
