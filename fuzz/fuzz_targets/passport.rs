@@ -11,8 +11,8 @@
 //! and audience). Beyond "no panic", it checks that:
 //! - a token signed with the configured secret never fails its signature check;
 //! - whatever the strict passport accepts, the open one accepts with the same claims;
-//! - an accepted credential's `sub` is its `sub` claim, its scopes are unique, non-empty and
-//!   free of whitespace, and the `pinboard` claim is not among its plain claims;
+//! - an accepted credential's `sub` is its `sub` claim, each scope is listed once and granted,
+//!   and the `pinboard` claim is not among its plain claims;
 //! - a route claim grants each namespace, host, hostname, env and port it lists itself.
 #![no_main]
 
@@ -98,11 +98,9 @@ fn check_credential(credential: &Credential, signed_claims: Option<&[u8]>) {
         credential.sub.as_deref(),
         claims.get("sub").and_then(Value::as_str)
     );
+    // Items of an array-form claim are taken verbatim, so a scope may be empty or hold spaces;
+    // such a scope can never equal a configured one (those are checked free of whitespace).
     for (i, scope) in credential.scopes.iter().enumerate() {
-        assert!(
-            !scope.is_empty() && !scope.contains(char::is_whitespace),
-            "scope {scope:?}"
-        );
         assert!(
             !credential.scopes[..i].contains(scope),
             "scope {scope:?} twice"

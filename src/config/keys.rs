@@ -82,7 +82,9 @@ pub(super) const KEYS: &[Key] = &[
     key!(passport.audience: Option<String> = optional(text_with(non_empty))),
     key!(http.header_timeout_ms: u64 = whole(1, MAX_MS)),
     key!(http.idle_timeout_ms: u64 = whole(1, MAX_MS)),
-    key!(http.max_header_bytes: usize = whole(1024, 1024 * 1024)),
+    // At most 64 KiB: the head parser panics on a header name of 64 KiB or more (the `http`
+    // crate's limit), which a larger cap would let a client send.
+    key!(http.max_header_bytes: usize = whole(1024, 64 * 1024)),
     key!(http.shutdown_grace_ms: u64 = whole(0, MAX_MS)),
 ];
 

@@ -52,12 +52,18 @@ impl Decoder for HeadDecoder {
         // Only the first `max` bytes may hold the end of the head: a pipelined client can put a
         // long head and more behind it into one read, and the limit must not depend on that.
         let window = &src[..src.len().min(self.max)];
-        if memchr::memmem::find(window, b"\r\n\r\n").is_none() {
+        let Some(end) = memchr::memmem::find(window, b"\r\n\r\n") else {
             return if src.len() >= self.max {
                 Err(HeadError::TooLarge(self.max))
             } else {
                 Ok(Decoded::Insufficient)
             };
+        };
+        // monoio-http cuts the head at the first CRLFCRLF while httparse also accepts bare LF
+        // line ends, so a bare-LF head would swallow the bytes after it (a pipelined request,
+        // a body): two parsers disagreeing on where a request ends is how smuggling starts.
+        if has_bare_lf(&window[..end + 4]) {
+            return Err(HeadError::Malformed("bare LF in request head".into()));
         }
         match RequestHeadDecoder.decode(src) {
             Ok(Decoded::Some(head)) => {
@@ -69,6 +75,10 @@ impl Decoder for HeadDecoder {
             Err(e) => Err(HeadError::Malformed(e.to_string())),
         }
     }
+}
+
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
 }
 
 fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> {
@@ -154,6 +164,18 @@ mod tests {
             decode(&"a".repeat(100), 64),
             Err(HeadError::TooLarge(64))
         ));
+    }
+
+    #[test]
+    fn bare_lf_heads_are_refused_not_resynchronised() {
+        // Found by fuzz/fuzz_targets/http_head.rs (fuzz/regressions/http_head/).
+        let smuggle = "GET / HTTP/1.1\nHost: a\n\nGET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(matches!(
+            decode(smuggle, 8192),
+            Err(HeadError::Malformed(_))
+        ));
+        let body = "POST / HTTP/1.1\nContent-Length: 5\n\nhello\r\n\r\n";
+        assert!(matches!(decode(body, 8192), Err(HeadError::Malformed(_))));
     }
 
     #[test]

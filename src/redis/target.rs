@@ -111,6 +111,11 @@ pub(crate) fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
     if host.is_empty() {
         return Err(format!("{s:?} has no host"));
     }
+    // Brackets only delimit an IPv6 literal; anywhere else the host could not be written
+    // back (masked for check-config) and read again as the same endpoint.
+    if host.contains(['[', ']']) {
+        return Err(format!("{s:?} has brackets outside an IPv6 literal"));
+    }
     let port = port
         .parse::<u16>()
         .ok()
@@ -160,6 +165,8 @@ mod tests {
             "redis://host:1/x",
             "redis-cluster://",
             "redis-cluster://:pw@a:1",
+            "redis://]::1",
+            "redis://[a]b]:1",
         ] {
             assert!(RedisTarget::parse(bad).is_err(), "{bad}");
         }
