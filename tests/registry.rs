@@ -63,7 +63,7 @@ impl Fixture {
 
     fn registered(&self, worker: &TestWorker, client: &str) -> String {
         let r = self.register(worker, client, json!({}));
-        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), self.node.log());
         r.json()["sessionId"].as_str().unwrap().to_string()
     }
 
@@ -422,6 +422,21 @@ fn heartbeat_refusals() {
     assert_eq!(r.status, 400);
     assert!(error_of(&r).1.starts_with("expected {sessionId, headroom"));
 
+    // Worker routes other than register cap bodies at 1 MiB.
+    let padded = format!(
+        "{{\"sessionId\": \"{session}\", \"pad\": \"{}\"}}",
+        "x".repeat(1024 * 1024)
+    );
+    for route in ["heartbeat", "release", "tag", "deregister"] {
+        let r = post_json(
+            f.node.addr,
+            &format!("/registry/{route}"),
+            Some(&f.token),
+            &padded,
+        );
+        assert_eq!(error_of(&r), (413, "body too large".into()), "{route}");
+    }
+
     // Another worker's value at the advertise URL voids the registration.
     worker.set_mode(Mode::WrongValue);
     let r = f.heartbeat(&worker, &session, json!({}));
@@ -608,6 +623,29 @@ fn tag_is_compare_and_set_and_survives_reclaim() {
     assert_eq!(
         (r.status, r.json()),
         (409, json!({"error": "unknown session", "reregister": true}))
+    );
+
+    let other = f.node.worker_token("acct-b");
+    let body = json!({"sessionId": session, "namespace": "/threads", "id": "t1", "epoch": "5", "tag": "t"});
+    assert_eq!(
+        error_of(&f.post("tag", &other, &body)),
+        (403, "forbidden".into())
+    );
+    let narrow = token("acct-a", &["pinboard:worker"], &["/docs"]);
+    assert_eq!(
+        error_of(&f.post("tag", &narrow, &body)),
+        (403, "namespace not allowed: /threads".into())
+    );
+    let mut bad_ns = body.clone();
+    bad_ns["namespace"] = json!("/no/pe");
+    assert_eq!(
+        error_of(&f.post("tag", &f.token, &bad_ns)),
+        (400, "invalid namespace".into())
+    );
+    bad_ns["namespace"] = json!("/misc");
+    assert_eq!(
+        error_of(&f.post("tag", &f.token, &bad_ns)),
+        (400, "namespace not registered: /misc".into())
     );
 
     // Re-registering with prevSessionId reclaims the row, keeping epoch and tag.

@@ -49,7 +49,17 @@ impl Node {
             _dir: dir,
         };
         node.addr = node.wait_for_listen();
+        node.wait_until_ready();
         node
+    }
+
+    /// Until `/readyz` answers 200 several times in a row (each core has its own Redis
+    /// connection, and connections land on cores at random).
+    fn wait_until_ready(&self) {
+        let ready = eventually(Duration::from_secs(20), || {
+            (0..6).all(|_| crate::support::http::get(self.addr, "/readyz", None).status == 200)
+        });
+        assert!(ready, "pinboard never became ready:\n{}", self.log());
     }
 
     fn wait_for_listen(&mut self) -> SocketAddr {
