@@ -72,13 +72,12 @@ impl WorkerAddr {
         })
     }
 
-    /// The URL in canonical form (what the registry stores and lists).
-    pub fn url(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
+    /// `host:port` as a Host header writes it (IPv6 literals in brackets).
+    pub fn authority(&self) -> String {
         if self.host.contains(':') {
-            format!("{scheme}://[{}]:{}{}", self.host, self.port, self.base)
+            format!("[{}]:{}", self.host, self.port)
         } else {
-            format!("{scheme}://{}:{}{}", self.host, self.port, self.base)
+            format!("{}:{}", self.host, self.port)
         }
     }
 }
@@ -136,12 +135,10 @@ async fn exchange(
     out.push(b' ');
     out.extend_from_slice(target.base.as_bytes());
     out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-    out.extend_from_slice(target.host.as_bytes());
     out.extend_from_slice(
         format!(
-            ":{}\r\ncontent-length: {}\r\nconnection: close\r\n",
-            target.port,
+            " HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\nconnection: close\r\n",
+            target.authority(),
             body.len()
         )
         .as_bytes(),
@@ -268,11 +265,11 @@ mod tests {
             (a.host.as_str(), a.port, a.base.as_str()),
             ("worker-1.local", 8081, "/base")
         );
-        assert_eq!(a.url(), "http://worker-1.local:8081/base");
+        assert_eq!(a.authority(), "worker-1.local:8081");
         let v6 = WorkerAddr::parse("https://[::1]/").unwrap();
         assert_eq!(
-            (v6.tls, v6.host.as_str(), v6.port, v6.url().as_str()),
-            (true, "::1", 443, "https://[::1]:443")
+            (v6.tls, v6.host.as_str(), v6.port, v6.authority().as_str()),
+            (true, "::1", 443, "[::1]:443")
         );
         for (bad, rule) in [
             ("ftp://h:1", "advertiseUrl must be an http or https URL"),

@@ -1,5 +1,10 @@
 //! Runs the real `pinboard` binary as a child process for integration tests: configured through
-//! the environment, listening on a port the kernel picks, logging to a file the test can read.
+//! the environment, listening on a port the kernel picks (or a given one, to restart a node in
+//! place), logging to a file the test can read.
+//!
+//! The binary is the one cargo built for the node crate's own tests; other crates of the
+//! workspace (the worker library) find it through `PINBOARD_BIN`, else next to their test
+//! executable (`target/debug/pinboard`, which `cargo test --workspace` builds).
 
 use std::io::Read;
 use std::net::SocketAddr;
@@ -10,6 +15,28 @@ use std::time::{Duration, Instant};
 use pinboard::passport::{TokenRequest, mint};
 
 pub const SECRET: &str = "integration-test-secret";
+
+fn binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_pinboard") {
+        return path.into();
+    }
+    if let Some(path) = std::env::var_os("PINBOARD_BIN") {
+        return path.into();
+    }
+    // A test executable lives in target/debug/deps/.
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/debug/deps")
+        .join("pinboard");
+    assert!(
+        bin.exists(),
+        "no pinboard binary at {}: run `cargo build -p pinboard` first, or set PINBOARD_BIN",
+        bin.display()
+    );
+    bin
+}
 
 pub struct Node {
     child: Child,
@@ -24,7 +51,7 @@ impl Node {
     pub fn start(redis_url: &str, env: &[(&str, &str)]) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("node.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinboard"));
+        let mut cmd = Command::new(binary());
         cmd.arg("serve");
         for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
             cmd.env_remove(key);
@@ -90,6 +117,16 @@ impl Node {
             let _ = f.read_to_string(&mut text);
         }
         text
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the process to exit.
+    pub fn stop(&mut self) -> ExitStatus {
+        self.terminate();
+        self.wait(Duration::from_secs(20))
     }
 
     /// Sends SIGTERM without waiting.

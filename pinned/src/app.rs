@@ -1,0 +1,88 @@
+//! The application's side of a worker: the [`App`] it plugs in, the [`Instance`] each request
+//! is for, and the [`Event`]s the registry protocol tells it about.
+
+use std::future::Future;
+use std::time::Duration;
+
+use pinboard::error::Error;
+use pinboard::http::{Request, Response};
+use serde_json::Value;
+
+use crate::attest::Attestation;
+use crate::epoch::Epoch;
+use crate::worker::Handle;
+
+/// The application a worker serves its instances with.
+///
+/// One value serves every thread, hence `Send + Sync`; the futures it returns run on the
+/// thread that called, so they need not be `Send`.
+pub trait App: Send + Sync + 'static {
+    /// Answers a request for `instance`, already attested and admitted at its epoch. The
+    /// request's path is the whole path (`/{ns}/{id}{rest}`); `instance.rest` is its tail.
+    fn handle(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        req: &mut Request<'_>,
+    ) -> impl Future<Output = Result<Response, Error>>;
+
+    /// Something the registry protocol brought about. Events are delivered one at a time, in
+    /// order, on the worker's control thread, without holding up its heartbeats.
+    fn on_event(&self, worker: &Handle, event: Event) -> impl Future<Output = ()> {
+        let _ = (worker, event);
+        async {}
+    }
+}
+
+/// The instance a request is for.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    /// `/` plus the namespace segment.
+    pub ns: String,
+    pub id: String,
+    /// The path after `/{ns}/{id}`, possibly empty.
+    pub rest: String,
+    /// The placement epoch the request was forwarded under.
+    pub epoch: Epoch,
+    /// True on the first request at this epoch: the instance was just placed here (or placed
+    /// here again after another worker may have held it), so in-memory state is not current.
+    pub activated: bool,
+    pub attestation: Attestation,
+}
+
+/// A control message from the registry (spec: heartbeat `messages`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// Acked on the next heartbeat; kept as sent.
+    pub msg_id: Value,
+    pub ns: String,
+    pub id: String,
+    /// Time left to wind the instance down; `None` revokes an earlier wind-down.
+    pub deadline: Option<Duration>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The worker holds a session now: first registration, or re-registration after the
+    /// registry lost the previous one.
+    Registered {
+        session_id: String,
+        reregistered: bool,
+    },
+    /// An operator asked to wind an instance down (or revoked that, with no deadline). The
+    /// application releases it when done.
+    WindDown(Message),
+    /// Re-registration could not reclaim this instance: another worker may own it now. The
+    /// worker no longer holds it; the application drops its state.
+    Evicted { ns: String, id: String },
+    /// The registry's drain state changed (this worker's own flag or an operator's drain).
+    /// With a deadline, held instances are force-released when it passes.
+    Drain {
+        draining: bool,
+        deadline: Option<Duration>,
+    },
+    /// A registration at a higher epoch displaced this one (hostname-aware mode). The worker
+    /// stopped heartbeating and refuses every instance request; the application decides what
+    /// comes next, typically shutting down.
+    Superseded { error: String },
+}

@@ -1,0 +1,275 @@
+//! `Pinboard-Attestation` verification: the compact JWS Pinboard signs onto every forwarded
+//! request, `_wake` and `_pinned/stats` call (spec "Attestation and headers").
+//!
+//! Written out by hand rather than through a JWT library because the rules are narrow and
+//! exact: header `{"alg":"HS256","typ":"pinboard+jwt"}`, HMAC-SHA256 under the worker's own
+//! secret, `aud` equal to its current session, and `iat`/`exp` both required and judged with
+//! 30 s of clock skew. A general-purpose validator would need each of these switched on and
+//! would still not check `typ` or a future `iat`.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use serde_json::{Map, Value};
+use sha2::Sha256;
+
+/// Clock skew tolerated on `iat`, `exp` and `nbf`.
+pub const SKEW_SECS: f64 = 30.0;
+
+/// What a valid attestation tells the worker beyond "Pinboard sent this".
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attestation {
+    /// `{ns}/{id}` of the attested instance that made this call, when one did.
+    pub caller: Option<String>,
+    /// The subrequest depth Pinboard counted for this call.
+    pub depth: Option<u64>,
+    /// `{ sub, scopes?, claims }` of the client's data-plane credential, when it had one.
+    pub acct: Option<Value>,
+}
+
+/// Why a token was refused. Every reason answers the same 403; the reason is for logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("not a compact JWS")]
+    Malformed,
+    #[error("header is not {{\"alg\":\"HS256\",\"typ\":\"pinboard+jwt\"}}")]
+    Header,
+    #[error("bad signature")]
+    Signature,
+    #[error("claims are not of the expected shape")]
+    Claims,
+    #[error("audience is not this worker's session")]
+    Audience,
+    #[error("expired")]
+    Expired,
+    #[error("issued in the future")]
+    NotYetValid,
+}
+
+/// Verifies `token` as signed with `secret` for session `audience`, at `now` (seconds since
+/// the Unix epoch).
+pub fn verify(
+    token: &str,
+    secret: &[u8],
+    audience: &str,
+    now: f64,
+) -> Result<Attestation, Invalid> {
+    let mut parts = token.split('.');
+    let (Some(header_part), Some(payload), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Invalid::Malformed);
+    };
+    let header = decode_object(header_part).ok_or(Invalid::Malformed)?;
+    let is = |key: &str, want: &str| header.get(key).and_then(Value::as_str) == Some(want);
+    // A `crit` header names extensions the signer requires us to understand (RFC 7515
+    // §4.1.11); we understand none.
+    if !is("alg", "HS256") || !is("typ", "pinboard+jwt") || header.contains_key("crit") {
+        return Err(Invalid::Header);
+    }
+    let signature = URL_SAFE_NO_PAD
+        .decode(signature)
+        .map_err(|_| Invalid::Malformed)?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| Invalid::Signature)?;
+    mac.update(&token.as_bytes()[..header_part.len() + 1 + payload.len()]);
+    // Constant-time comparison; the claims are only read once the signature holds.
+    mac.verify_slice(&signature)
+        .map_err(|_| Invalid::Signature)?;
+
+    let claims = decode_object(payload).ok_or(Invalid::Claims)?;
+    let audience_ok = match claims.get("aud") {
+        Some(Value::String(aud)) => aud == audience,
+        Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(audience)),
+        _ => false,
+    };
+    if !audience_ok {
+        return Err(Invalid::Audience);
+    }
+    let time = |key: &str| claims.get(key).map(|v| v.as_f64().ok_or(Invalid::Claims));
+    let iat = time("iat").ok_or(Invalid::Claims)??;
+    let exp = time("exp").ok_or(Invalid::Claims)??;
+    if exp + SKEW_SECS < now {
+        return Err(Invalid::Expired);
+    }
+    if iat > now + SKEW_SECS
+        || time("nbf")
+            .transpose()?
+            .is_some_and(|nbf| nbf > now + SKEW_SECS)
+    {
+        return Err(Invalid::NotYetValid);
+    }
+    let caller = match claims.get("caller") {
+        None => None,
+        Some(Value::String(caller)) => Some(caller.clone()),
+        Some(_) => return Err(Invalid::Claims),
+    };
+    let depth = match claims.get("depth") {
+        None => None,
+        Some(depth) => Some(depth.as_u64().ok_or(Invalid::Claims)?),
+    };
+    let acct = match claims.get("acct") {
+        None => None,
+        Some(acct @ Value::Object(_)) => Some(acct.clone()),
+        Some(_) => return Err(Invalid::Claims),
+    };
+    Ok(Attestation {
+        caller,
+        depth,
+        acct,
+    })
+}
+
+fn decode_object(part: &str) -> Option<Map<String, Value>> {
+    let bytes = URL_SAFE_NO_PAD.decode(part).ok()?;
+    match serde_json::from_slice(&bytes).ok()? {
+        Value::Object(map) => Some(map),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+    use serde_json::json;
+
+    use super::*;
+
+    pub(crate) const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const NOW: f64 = 1_700_000_000.0;
+
+    /// An attestation as Pinboard mints it, through an independent JWT implementation.
+    pub(crate) fn mint_with(alg: Algorithm, typ: &str, secret: &str, claims: &Value) -> String {
+        let mut header = Header::new(alg);
+        header.typ = Some(typ.to_owned());
+        let key = EncodingKey::from_secret(secret.as_bytes()).unwrap();
+        jsonwebtoken::encode(&header, claims, &key).unwrap()
+    }
+
+    pub(crate) fn mint(secret: &str, aud: &str, iat: u64) -> String {
+        let claims = json!({ "aud": aud, "iat": iat, "exp": iat + 30 });
+        mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
+    }
+
+    fn check(token: &str) -> Result<Attestation, Invalid> {
+        verify(token, SECRET.as_bytes(), "sess-1", NOW)
+    }
+
+    #[test]
+    fn a_good_token_yields_its_claims() {
+        assert_eq!(
+            check(&mint(SECRET, "sess-1", NOW as u64)),
+            Ok(Attestation::default())
+        );
+        let claims = json!({
+            "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0,
+            "caller": "/threads/a", "depth": 2,
+            "acct": { "sub": "alice", "claims": { "plan": "pro" } },
+        });
+        let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
+        assert_eq!(
+            check(&token),
+            Ok(Attestation {
+                caller: Some("/threads/a".into()),
+                depth: Some(2),
+                acct: Some(json!({ "sub": "alice", "claims": { "plan": "pro" } })),
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_secret_or_audience_is_refused() {
+        let other = "another-secret-another-secret-00";
+        assert_eq!(
+            check(&mint(other, "sess-1", NOW as u64)),
+            Err(Invalid::Signature)
+        );
+        assert_eq!(
+            check(&mint(SECRET, "sess-0", NOW as u64)),
+            Err(Invalid::Audience)
+        );
+        let no_aud = json!({ "iat": NOW, "exp": NOW + 30.0 });
+        let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &no_aud);
+        assert_eq!(check(&token), Err(Invalid::Audience));
+    }
+
+    #[test]
+    fn thirty_seconds_of_skew_on_both_ends() {
+        // exp = iat + 30: issued 59 s ago expired 29 s ago, within the skew.
+        assert!(check(&mint(SECRET, "sess-1", NOW as u64 - 59)).is_ok());
+        assert_eq!(
+            check(&mint(SECRET, "sess-1", NOW as u64 - 61)),
+            Err(Invalid::Expired)
+        );
+        assert!(check(&mint(SECRET, "sess-1", NOW as u64 + 29)).is_ok());
+        assert_eq!(
+            check(&mint(SECRET, "sess-1", NOW as u64 + 31)),
+            Err(Invalid::NotYetValid)
+        );
+        let not_before =
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 90.0, "nbf": NOW + 60.0 });
+        let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &not_before);
+        assert_eq!(check(&token), Err(Invalid::NotYetValid));
+    }
+
+    #[test]
+    fn iat_and_exp_are_required() {
+        for claims in [
+            json!({ "aud": "sess-1", "exp": NOW + 30.0 }),
+            json!({ "aud": "sess-1", "iat": NOW }),
+            json!({ "aud": "sess-1", "iat": "now", "exp": NOW + 30.0 }),
+        ] {
+            let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
+            assert_eq!(check(&token), Err(Invalid::Claims), "{claims}");
+        }
+    }
+
+    #[test]
+    fn header_must_be_hs256_pinboard_jwt() {
+        let claims = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0 });
+        let hs512 = mint_with(Algorithm::HS512, "pinboard+jwt", SECRET, &claims);
+        let jwt = mint_with(Algorithm::HS256, "JWT", SECRET, &claims);
+        assert_eq!(check(&hs512), Err(Invalid::Header));
+        assert_eq!(check(&jwt), Err(Invalid::Header));
+        // alg "none" with the signature stripped, and a `crit` extension we cannot honour.
+        let encode = |v: &Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        let payload = encode(&claims);
+        let none = format!(
+            "{}.{payload}.",
+            encode(&json!({ "alg": "none", "typ": "pinboard+jwt" }))
+        );
+        assert_eq!(check(&none), Err(Invalid::Header));
+        let crit_header =
+            encode(&json!({ "alg": "HS256", "typ": "pinboard+jwt", "crit": ["x"], "x": 1 }));
+        let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+        mac.update(format!("{crit_header}.{payload}").as_bytes());
+        let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        assert_eq!(
+            check(&format!("{crit_header}.{payload}.{sig}")),
+            Err(Invalid::Header)
+        );
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        let good = mint(SECRET, "sess-1", NOW as u64);
+        for bad in [
+            "",
+            "abc",
+            "a.b",
+            "a.b.c.d",
+            "!!!.???.###",
+            &format!("{good}.extra"),
+            &format!("{good}=="),
+        ] {
+            assert_eq!(check(bad), Err(Invalid::Malformed), "{bad:?}");
+        }
+        // A flipped signature byte is a bad signature, not a parse error.
+        let mut tampered = good.into_bytes();
+        let last = tampered.len() - 2;
+        tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+        assert_eq!(
+            check(std::str::from_utf8(&tampered).unwrap()),
+            Err(Invalid::Signature)
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! `pinned-example`: an echo/counter instance server built on the `pinned` worker library.
+//!
+//! - `GET  /{ns}/{id}/count`   increments the instance's counter: `{"ns","id","count","epoch","session"}`
+//! - `POST /{ns}/{id}/echo`    answers the request body back, with its content type
+//! - `POST /{ns}/{id}/release` gives the instance up: `{"released": bool}`
+//!
+//! A counter lives with its placement: it restarts at 1 when the instance is (re)activated
+//! here, and is dropped when the instance is released, evicted or wound down.
+//!
+//! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
+//! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
+//! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
+//! and exits 1. A configuration it cannot start with exits 2.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::mpsc::{Sender, channel};
+
+use bytes::Bytes;
+use clap::Parser;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Method, StatusCode};
+use pinned::{
+    App, Config, DriverKind, Error, Event, Handle, Instance, Request, Response, Takeover, Worker,
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+const MAX_ECHO: usize = 1024 * 1024;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Echo/counter instance server on the pinned worker library"
+)]
+struct Args {
+    /// Registry base URL: the node's address plus its base_path.
+    #[arg(long, env = "PINNED_REGISTRY")]
+    registry: String,
+    /// Passport credential with the pinboard:worker scope.
+    #[arg(long, env = "PINNED_TOKEN", hide_env_values = true)]
+    token: String,
+    #[arg(long, env = "PINNED_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Comma-separated namespaces, each `/segment`.
+    #[arg(
+        long,
+        env = "PINNED_NAMESPACES",
+        value_delimiter = ',',
+        required = true
+    )]
+    namespaces: Vec<String>,
+    #[arg(long, env = "PINNED_CLIENT_ID", default_value = "pinned-example")]
+    client_id: String,
+    /// The URL Pinboard reaches this worker at (default: http:// + the bound address).
+    #[arg(long, env = "PINNED_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    #[arg(long, env = "PINNED_HEADROOM", default_value_t = 100)]
+    headroom: u64,
+    #[arg(long, env = "PINNED_THREADS", default_value_t = 1)]
+    threads: usize,
+    /// Event-loop driver: io_uring where the kernel offers it (auto), or forced.
+    #[arg(long, env = "PINNED_DRIVER", default_value = "auto", value_parser = ["auto", "io_uring", "epoll"])]
+    driver: String,
+    /// Hostname-aware mode: the hostname this worker serves.
+    #[arg(long, env = "PINNED_HOSTNAME")]
+    hostname: Option<String>,
+    #[arg(long, env = "PINNED_ENV")]
+    env: Option<String>,
+    /// Per-namespace envs, comma-separated `NS=ENV`.
+    #[arg(long, env = "PINNED_ENVS", value_delimiter = ',', value_parser = ns_env)]
+    envs: Vec<(String, String)>,
+    #[arg(long, env = "PINNED_TAKEOVER", value_parser = ["wind_down", "deny"])]
+    takeover: Option<String>,
+    #[arg(long, env = "PINNED_EPOCH")]
+    epoch: Option<u64>,
+}
+
+fn ns_env(pair: &str) -> Result<(String, String), String> {
+    let (ns, env) = pair
+        .split_once('=')
+        .ok_or_else(|| format!("{pair:?} is not NS=ENV"))?;
+    Ok((ns.to_owned(), env.to_owned()))
+}
+
+impl Args {
+    fn config(self) -> Config {
+        let namespaces: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
+        let mut config = Config::new(&self.registry, &self.token, &self.client_id, &namespaces);
+        config.listen = self.listen;
+        config.advertise_url = self.advertise_url;
+        config.headroom = self.headroom;
+        config.threads = self.threads;
+        config.driver = match self.driver.as_str() {
+            "io_uring" => DriverKind::IoUring,
+            "epoll" => DriverKind::Epoll,
+            _ => DriverKind::Auto,
+        };
+        config.hostname = self.hostname;
+        config.env = self.env;
+        config.envs = self.envs.into_iter().collect::<BTreeMap<_, _>>();
+        config.takeover = self.takeover.map(|t| match t.as_str() {
+            "deny" => Takeover::Deny,
+            _ => Takeover::WindDown,
+        });
+        config.epoch = self.epoch;
+        config
+    }
+}
+
+/// Why `main` stops the worker.
+enum Stop {
+    Signal,
+    Superseded,
+}
+
+struct Counters {
+    counts: Mutex<HashMap<(String, String), u64>>,
+    stop: Sender<Stop>,
+}
+
+impl Counters {
+    fn forget(&self, ns: &str, id: &str) {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.remove(&(ns.to_owned(), id.to_owned()));
+    }
+}
+
+impl App for Counters {
+    async fn handle(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        req: &mut Request<'_>,
+    ) -> Result<Response, Error> {
+        let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        match (req.method().clone(), instance.rest.as_str()) {
+            (Method::GET, "/count") => {
+                let count = {
+                    let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    let count = counts.entry((ns.to_owned(), id.to_owned())).or_default();
+                    if instance.activated {
+                        *count = 0;
+                    }
+                    *count += 1;
+                    *count
+                };
+                Ok(Response::json_value(
+                    StatusCode::OK,
+                    &json!({
+                        "ns": ns, "id": id, "count": count,
+                        "epoch": instance.epoch.as_str(), "session": worker.session_id(),
+                    }),
+                ))
+            }
+            (Method::POST, "/echo") => {
+                let content_type = req
+                    .header(CONTENT_TYPE)
+                    .cloned()
+                    .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+                match req.read_body(MAX_ECHO).await {
+                    Ok(body) => Ok(Response::new(StatusCode::OK, None, body.freeze())
+                        .header(CONTENT_TYPE, content_type)),
+                    Err(e) => Ok(Response::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        Some("text/plain; charset=utf-8"),
+                        Bytes::from(e.to_string()),
+                    )
+                    .closing()),
+                }
+            }
+            (Method::POST, "/release") => {
+                self.forget(ns, id);
+                match worker.release(ns, id).await {
+                    Ok(released) => Ok(Response::json_value(
+                        StatusCode::OK,
+                        &json!({ "released": released }),
+                    )),
+                    Err(e) => Ok(Response::json_value(
+                        StatusCode::BAD_GATEWAY,
+                        &json!({ "detail": e.to_string() }),
+                    )),
+                }
+            }
+            _ => Ok(Response::json_value(
+                StatusCode::NOT_FOUND,
+                &json!({ "detail": "not found" }),
+            )),
+        }
+    }
+
+    async fn on_event(&self, worker: &Handle, event: Event) {
+        match event {
+            Event::Registered { session_id, .. } => println!("registered session={session_id}"),
+            Event::WindDown(message) => match message.deadline {
+                // A counter has nothing to hand over: release at once rather than at the
+                // deadline.
+                Some(_) => {
+                    self.forget(&message.ns, &message.id);
+                    if let Err(e) = worker.release(&message.ns, &message.id).await {
+                        warn!(ns = %message.ns, id = %message.id, error = %e, "release failed");
+                    }
+                }
+                None => info!(ns = %message.ns, id = %message.id, "wind-down revoked"),
+            },
+            Event::Evicted { ns, id } => self.forget(&ns, &id),
+            Event::Drain { draining, deadline } => info!(draining, ?deadline, "drain"),
+            Event::Superseded { error } => {
+                warn!(%error, "superseded; shutting down");
+                let _ = self.stop.send(Stop::Superseded);
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PINNED_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let (stop, stopped) = channel();
+    if let Err(e) = watch_signals(stop.clone()) {
+        eprintln!("pinned-example: cannot install signal handlers: {e}");
+        return ExitCode::from(2);
+    }
+    let counters = Counters {
+        counts: Mutex::default(),
+        stop,
+    };
+    let worker = match Worker::start(args.config(), counters) {
+        Ok(worker) => worker,
+        Err(e) => {
+            eprintln!("pinned-example: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let handle = worker.handle();
+    println!(
+        "listening {} advertise={}",
+        handle.local_addr(),
+        handle.advertise_url()
+    );
+    // Every sender lives as long as the process (the signal thread, the worker's app).
+    let why = stopped.recv().unwrap_or(Stop::Signal);
+    worker.shutdown();
+    match why {
+        Stop::Signal => ExitCode::SUCCESS,
+        Stop::Superseded => ExitCode::from(1),
+    }
+}
+
+/// The first SIGTERM/SIGINT asks `main` to shut down gracefully; a second exits at once.
+fn watch_signals(stop: Sender<Stop>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut first = true;
+            for signal in signals.forever() {
+                if !first {
+                    warn!(signal, "second stop signal: exiting now");
+                    std::process::exit(1);
+                }
+                first = false;
+                info!(signal, "stop signal: releasing instances and deregistering");
+                let _ = stop.send(Stop::Signal);
+            }
+        })?;
+    Ok(())
+}

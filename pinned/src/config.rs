@@ -1,0 +1,175 @@
+//! What a worker is started with, and the checks made before anything starts: a worker that
+//! could never register (a malformed namespace or URL) fails at once instead of retrying
+//! forever.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pinboard::config::DriverKind;
+use pinboard::http::WorkerAddr;
+
+/// Hostname-aware mode's policy when another hostname's worker holds an instance this
+/// worker's hostname asks for (spec "Placement").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takeover {
+    WindDown,
+    Deny,
+}
+
+impl Takeover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Takeover::WindDown => "wind_down",
+            Takeover::Deny => "deny",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The registry's base URL: the node's address plus its `base_path`
+    /// (`http://127.0.0.1:8080`, `http://pinboard.internal/edge`). `/registry/...` is appended.
+    pub registry: String,
+    /// The Passport credential sent as `Authorization: Bearer`.
+    pub token: String,
+    pub client_id: String,
+    /// Namespaces to register, each `/` plus one path segment.
+    pub namespaces: Vec<String>,
+    /// Where to listen; port 0 lets the kernel pick.
+    pub listen: SocketAddr,
+    /// The URL Pinboard reaches this worker at. Default: `http://` + the bound address
+    /// (loopback in place of an unspecified address).
+    pub advertise_url: Option<String>,
+    /// Capacity announced at registration and on every heartbeat; see
+    /// [`Handle::set_headroom`](crate::Handle::set_headroom).
+    pub headroom: u64,
+    /// Hostname-aware mode: these five are sent only when set.
+    pub hostname: Option<String>,
+    pub env: Option<String>,
+    pub envs: BTreeMap<String, String>,
+    pub takeover: Option<Takeover>,
+    pub epoch: Option<u64>,
+    /// Event-loop threads serving the listener (each with its own `SO_REUSEPORT` socket).
+    pub threads: usize,
+    /// `Auto`: io_uring, or epoll where the kernel does not offer it.
+    pub driver: DriverKind,
+    /// Deadline of each registry call. Registration includes Pinboard's probe of this worker.
+    pub call_timeout: Duration,
+    /// On shutdown, how long in-flight requests may take once the listener closed.
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// A single-mode configuration with defaults for the rest: listening on an ephemeral
+    /// loopback port, headroom 100, one serving thread.
+    pub fn new(registry: &str, token: &str, client_id: &str, namespaces: &[&str]) -> Config {
+        Config {
+            registry: registry.to_owned(),
+            token: token.to_owned(),
+            client_id: client_id.to_owned(),
+            namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise_url: None,
+            headroom: 100,
+            hostname: None,
+            env: None,
+            envs: BTreeMap::new(),
+            takeover: None,
+            epoch: None,
+            threads: 1,
+            driver: DriverKind::Auto,
+            call_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+
+    /// The registry address, or why the configuration cannot work.
+    pub(crate) fn validate(&self) -> Result<WorkerAddr, String> {
+        let registry = WorkerAddr::parse(&self.registry).map_err(|_| {
+            format!(
+                "registry URL {:?} is not an http URL with a host",
+                self.registry
+            )
+        })?;
+        if registry.tls {
+            return Err("https registry URLs are not supported".into());
+        }
+        if self.client_id.is_empty() {
+            return Err("client id is empty".into());
+        }
+        if self.namespaces.is_empty() {
+            return Err("no namespaces to register".into());
+        }
+        for ns in self.namespaces.iter().chain(self.envs.keys()) {
+            if !is_namespace(ns) {
+                return Err(format!("namespace {ns:?} is not / plus one path segment"));
+            }
+        }
+        if let Some(unknown) = self.envs.keys().find(|ns| !self.namespaces.contains(ns)) {
+            return Err(format!(
+                "envs names {unknown}, which is not a registered namespace"
+            ));
+        }
+        if let Some(url) = &self.advertise_url {
+            let addr = WorkerAddr::parse(url).map_err(|rule| format!("{rule}: {url:?}"))?;
+            if addr.tls {
+                return Err(
+                    "this worker serves plain HTTP: an https advertise URL needs a \
+                            TLS terminator in front, advertised by it"
+                        .into(),
+                );
+            }
+        }
+        if self.threads == 0 {
+            return Err("threads must be at least 1".into());
+        }
+        Ok(registry)
+    }
+}
+
+/// `/` plus one path segment.
+pub(crate) fn is_namespace(ns: &str) -> bool {
+    ns.strip_prefix('/')
+        .is_some_and(|segment| !segment.is_empty() && !segment.contains('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Change = fn(&mut Config);
+
+    #[test]
+    fn refuses_what_could_never_register() {
+        let good = Config::new("http://127.0.0.1:8080/edge", "t", "c", &["/threads"]);
+        assert_eq!(good.validate().unwrap().base, "/edge");
+        let cases: [(Change, &str); 7] = [
+            (|c| c.registry = "127.0.0.1:8080".into(), "registry URL"),
+            (|c| c.registry = "https://pinboard".into(), "https registry"),
+            (
+                |c| c.namespaces = vec!["threads".into()],
+                "namespace \"threads\"",
+            ),
+            (|c| c.namespaces = vec!["/a/b".into()], "namespace \"/a/b\""),
+            (|c| c.namespaces.clear(), "no namespaces"),
+            (
+                |c| drop(c.envs.insert("/docs".into(), "e".into())),
+                "envs names /docs",
+            ),
+            (
+                |c| c.advertise_url = Some("http://u:p@h:1".into()),
+                "userinfo",
+            ),
+        ];
+        for (change, message) in cases {
+            let mut config = good.clone();
+            change(&mut config);
+            let error = config.validate().unwrap_err();
+            assert!(
+                error.contains(message),
+                "{error:?} should mention {message:?}"
+            );
+        }
+    }
+}

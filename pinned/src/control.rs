@@ -1,0 +1,513 @@
+//! The worker's side of the registry protocol, one task on the control thread: register
+//! (retrying with jittered exponential backoff until it works), heartbeat every lease/3,
+//! register again when the registry lost the session (reclaiming held instances), hand control
+//! messages to the application and ack them, and on a graceful stop release what it holds and
+//! deregister before the listeners close.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use local_sync::mpsc::unbounded::{Rx, Tx, channel};
+use pinboard::runtime::Shutdown;
+use serde_json::{Map, Value, json};
+use tracing::{info, warn};
+
+use crate::app::{App, Event, Message};
+use crate::registry::CallError;
+use crate::runtime::local_shutdown;
+use crate::state::Shared;
+use crate::worker::Handle;
+
+const REGISTER_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(30));
+const HEARTBEAT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(5));
+/// Msg ids remembered after delivery, so a message re-delivered before its ack landed is not
+/// handed to the application twice.
+const SEEN_KEPT: usize = 1024;
+/// Instances per release call at shutdown, well under the registry's 1 MiB body cap.
+const RELEASE_BATCH: usize = 1000;
+/// How long events already queued may still run once the worker stopped.
+const EVENTS_DRAIN: Duration = Duration::from_secs(5);
+
+pub(crate) async fn run<A: App>(shared: Arc<Shared>, app: Arc<A>) {
+    let stop = local_shutdown(&shared, |shared| &shared.stop);
+    let (events, inbox) = channel();
+    let delivery = monoio::spawn(deliver(app, Handle::new(shared.clone()), inbox));
+    let mut control = Control {
+        shared: shared.clone(),
+        events,
+        stop,
+        acks: Vec::new(),
+        seen: VecDeque::new(),
+    };
+    control.lifecycle().await;
+    if shared.graceful.load(Ordering::SeqCst) {
+        control.leave().await;
+    }
+    shared.serving_stop.fire();
+    // Closing the channel lets the delivery task finish the events already queued.
+    drop(control);
+    let _ = monoio::time::timeout(EVENTS_DRAIN, delivery).await;
+}
+
+/// Hands events to the application one at a time, in order, off the heartbeat path.
+async fn deliver<A: App>(app: Arc<A>, worker: Handle, mut inbox: Rx<Event>) {
+    while let Some(event) = inbox.recv().await {
+        app.on_event(&worker, event).await;
+    }
+}
+
+/// How a run of heartbeats ended.
+enum Ended {
+    Stopped,
+    /// The registry lost this session: register again, naming it.
+    Reregister(String),
+    Superseded,
+}
+
+struct Control {
+    shared: Arc<Shared>,
+    events: Tx<Event>,
+    stop: Shutdown,
+    /// Msg ids to ack on the next heartbeat.
+    acks: Vec<Value>,
+    seen: VecDeque<Value>,
+}
+
+impl Control {
+    async fn lifecycle(&mut self) {
+        let mut previous = None;
+        loop {
+            let Some(lease) = self.register(previous.as_deref()).await else {
+                return;
+            };
+            match self.heartbeats(lease).await {
+                Ended::Stopped => return,
+                Ended::Reregister(session) => previous = Some(session),
+                Ended::Superseded => {
+                    // Nothing left to do with the registry; the application decides.
+                    self.stop.fired().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Registers until it works; the lease TTL, or `None` when stopped first. `previous`: the
+    /// session the registry lost, whose instances this registration reclaims.
+    async fn register(&mut self, previous: Option<&str>) -> Option<Duration> {
+        let mut backoff = Backoff::new(REGISTER_BACKOFF);
+        loop {
+            if self.stop.is_fired() {
+                return None;
+            }
+            let body = self.register_body(previous);
+            let sent = Instant::now();
+            let registry = &self.shared.registry;
+            // A registration cut short may still have landed; its session then lapses.
+            let result = self
+                .unless_stopped(registry.post("register", &body))
+                .await?;
+            match result.and_then(|answer| self.registered(&answer, sent, previous.is_some())) {
+                Ok(lease) => return Some(lease),
+                Err(e) => warn!(error = %e, "registration failed; retrying"),
+            }
+            if !self.pause(backoff.next()).await {
+                return None;
+            }
+        }
+    }
+
+    fn register_body(&self, previous: Option<&str>) -> Value {
+        let config = &self.shared.config;
+        let mut state = self.shared.state();
+        let (challenge, value) = state.next_challenge();
+        let mut body = json!({
+            "clientId": config.client_id,
+            "secret": self.shared.secret,
+            "namespaces": config.namespaces,
+            "advertiseUrl": self.shared.advertise_url,
+            "headroom": state.headroom,
+            "draining": state.draining,
+            "challenge": challenge,
+            "challengeValue": value,
+        });
+        let fields = body.as_object_mut().expect("a JSON object literal");
+        let mut set = |key: &str, value: Value| fields.insert(key.to_owned(), value);
+        if let Some(hostname) = &config.hostname {
+            set("hostname", json!(hostname));
+        }
+        if let Some(env) = &config.env {
+            set("env", json!(env));
+        }
+        if !config.envs.is_empty() {
+            set("envs", json!(config.envs));
+        }
+        if let Some(takeover) = config.takeover {
+            set("takeover", json!(takeover.as_str()));
+        }
+        if let Some(epoch) = config.epoch {
+            set("epoch", json!(epoch));
+        }
+        if let Some(previous) = previous {
+            set("prevSessionId", json!(previous));
+            let instances = state.instances();
+            if !instances.is_empty() {
+                set("instances", json!(instances));
+            }
+        }
+        body
+    }
+
+    /// Takes in a register answer: the session, the lease, and the instances it could not
+    /// reclaim.
+    fn registered(
+        &mut self,
+        answer: &Map<String, Value>,
+        sent: Instant,
+        reregistered: bool,
+    ) -> Result<Duration, CallError> {
+        let bad = || CallError::BadAnswer { status: 200 };
+        let session = answer
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .ok_or_else(bad)?;
+        let lease = lease_of(answer).ok_or_else(bad)?;
+        let mut evicted = Vec::new();
+        {
+            let mut state = self.shared.state();
+            state.session = Some(session.to_owned());
+            state.lease_until = Some(sent + lease);
+            let now = Instant::now();
+            for duplicate in answer
+                .get("duplicates")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let field = |key| duplicate.get(key).and_then(Value::as_str);
+                if let (Some(ns), Some(id)) = (field("ns"), field("id"))
+                    && state.forget(ns, id, now).is_some()
+                {
+                    evicted.push((ns.to_owned(), id.to_owned()));
+                }
+            }
+        }
+        info!(
+            session,
+            advertise_url = %self.shared.advertise_url,
+            lease_ms = lease.as_millis() as u64,
+            evicted = evicted.len(),
+            "registered"
+        );
+        self.emit(Event::Registered {
+            session_id: session.to_owned(),
+            reregistered,
+        });
+        for (ns, id) in evicted {
+            warn!(%ns, %id, "instance not reclaimed at re-registration; evicted");
+            self.emit(Event::Evicted { ns, id });
+        }
+        self.drain_state(answer);
+        Ok(lease)
+    }
+
+    async fn heartbeats(&mut self, mut lease: Duration) -> Ended {
+        let mut wait = lease / 3;
+        let mut backoff = Backoff::new(HEARTBEAT_BACKOFF);
+        loop {
+            if !self.pause(wait).await {
+                return Ended::Stopped;
+            }
+            let (session, body) = {
+                let mut state = self.shared.state();
+                let (challenge, value) = state.next_challenge();
+                let session = state.session.clone().unwrap_or_default();
+                let mut body = json!({
+                    "sessionId": session,
+                    "headroom": state.headroom,
+                    "draining": state.draining,
+                    "challenge": challenge,
+                    "challengeValue": value,
+                });
+                if !self.acks.is_empty() {
+                    body["acks"] = json!(self.acks);
+                }
+                (session, body)
+            };
+            let sent = Instant::now();
+            let registry = &self.shared.registry;
+            let Some(result) = self.unless_stopped(registry.post("heartbeat", &body)).await else {
+                return Ended::Stopped;
+            };
+            match result {
+                Ok(answer) => match lease_of(&answer) {
+                    Some(renewed) => {
+                        let acked = body.get("acks").and_then(Value::as_array);
+                        self.acks
+                            .retain(|id| !acked.is_some_and(|a| a.contains(id)));
+                        lease = renewed;
+                        wait = lease / 3;
+                        backoff = Backoff::new(HEARTBEAT_BACKOFF);
+                        self.renewed(&answer, sent, lease);
+                        continue;
+                    }
+                    None => warn!("heartbeat answer without expiresInMs; retrying"),
+                },
+                Err(CallError::Refused {
+                    reregister: true,
+                    error,
+                    ..
+                }) => {
+                    warn!(%session, %error, "registry lost the session; registering again");
+                    self.shared.state().lease_until = None;
+                    return Ended::Reregister(session);
+                }
+                Err(CallError::Refused {
+                    superseded: true,
+                    error,
+                    ..
+                }) => {
+                    warn!(%session, %error, "registration superseded; no longer serving instances");
+                    {
+                        let mut state = self.shared.state();
+                        state.superseded = true;
+                        state.lease_until = None;
+                        let now = Instant::now();
+                        for (ns, id, _) in state.held() {
+                            state.forget(&ns, &id, now);
+                        }
+                    }
+                    self.emit(Event::Superseded { error });
+                    return Ended::Superseded;
+                }
+                // A 403 included: the spec's worker retries it with the same session.
+                Err(e) => warn!(%session, error = %e, "heartbeat failed; retrying"),
+            }
+            wait = backoff.next().min(lease / 3);
+        }
+    }
+
+    /// Takes in a successful heartbeat answer.
+    fn renewed(&mut self, answer: &Map<String, Value>, sent: Instant, lease: Duration) {
+        let mut fresh = Vec::new();
+        {
+            let mut state = self.shared.state();
+            state.lease_until = Some(sent + lease);
+            state.degraded = answer.get("degraded").and_then(Value::as_bool) == Some(true);
+            for message in answer
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let Some(msg_id) = message.get("msgId") else {
+                    continue;
+                };
+                // Re-delivered until acked: ack again whatever comes back.
+                if !self.acks.contains(msg_id) {
+                    self.acks.push(msg_id.clone());
+                }
+                if self.seen.contains(msg_id) {
+                    continue;
+                }
+                if self.seen.len() == SEEN_KEPT {
+                    self.seen.pop_front();
+                }
+                self.seen.push_back(msg_id.clone());
+                match parse_wind_down(message) {
+                    Some(parsed) => {
+                        state.record_message(parsed.clone());
+                        fresh.push(parsed);
+                    }
+                    None => warn!(%message, "unknown control message; acked and ignored"),
+                }
+            }
+        }
+        for message in fresh {
+            info!(ns = %message.ns, id = %message.id, deadline = ?message.deadline, "wind-down");
+            self.emit(Event::WindDown(message));
+        }
+        self.drain_state(answer);
+    }
+
+    /// Records the registry's drain state from a register or heartbeat answer; an event when
+    /// it changed.
+    fn drain_state(&mut self, answer: &Map<String, Value>) {
+        let draining = answer.get("draining").and_then(Value::as_bool) == Some(true);
+        let deadline = answer
+            .get("drainDeadline")
+            .and_then(Value::as_f64)
+            .map(seconds);
+        let changed = {
+            let mut state = self.shared.state();
+            let changed = (state.registry_draining, state.drain_deadline) != (draining, deadline);
+            state.registry_draining = draining;
+            state.drain_deadline = deadline;
+            changed
+        };
+        if changed {
+            self.emit(Event::Drain { draining, deadline });
+        }
+    }
+
+    /// The graceful part of a stop: no new activations, every held instance released, the
+    /// session deregistered — each call given up after three tries.
+    async fn leave(&mut self) {
+        let (session, held) = {
+            let mut state = self.shared.state();
+            state.stopping = true;
+            state.draining = true;
+            let now = Instant::now();
+            let held = state.held();
+            for (ns, id, _) in &held {
+                state.forget(ns, id, now);
+            }
+            match (&state.session, state.superseded) {
+                (Some(session), false) => (session.clone(), held),
+                _ => return,
+            }
+        };
+        let registry = &self.shared.registry;
+        let mut released = 0;
+        for batch in held.chunks(RELEASE_BATCH) {
+            let rows: Vec<Value> = batch
+                .iter()
+                .map(|(ns, id, epoch)| {
+                    json!({ "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str() })
+                })
+                .collect();
+            match registry.post_thrice("release", &Value::Array(rows)).await {
+                Ok(answer) => {
+                    released += answer.get("released").and_then(Value::as_u64).unwrap_or(0)
+                }
+                Err(e) => warn!(%session, error = %e, "release at shutdown failed; giving up"),
+            }
+        }
+        match registry
+            .post_thrice("deregister", &json!({ "sessionId": session }))
+            .await
+        {
+            Ok(_) => info!(%session, held = held.len(), released, "deregistered"),
+            Err(e) => warn!(%session, error = %e, "deregister failed; giving up"),
+        }
+    }
+
+    fn emit(&self, event: Event) {
+        // The delivery task lives as long as this loop; a send cannot fail before it ends.
+        let _ = self.events.send(event);
+    }
+
+    /// Awaits `call`; `None` when the stop came first.
+    async fn unless_stopped<T>(&self, call: impl Future<Output = T>) -> Option<T> {
+        monoio::select! {
+            result = call => Some(result),
+            _ = self.stop.fired() => None,
+        }
+    }
+
+    /// Sleeps for `duration`; false when the stop came first.
+    async fn pause(&self, duration: Duration) -> bool {
+        monoio::select! {
+            _ = monoio::time::sleep(duration) => true,
+            _ = self.stop.fired() => false,
+        }
+    }
+}
+
+/// `expiresInMs` of a register or heartbeat answer.
+fn lease_of(answer: &Map<String, Value>) -> Option<Duration> {
+    let ms = answer.get("expiresInMs")?.as_u64()?;
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+fn parse_wind_down(message: &Value) -> Option<Message> {
+    if message.get("type")?.as_str()? != "wind_down" {
+        return None;
+    }
+    let deadline = match message.get("deadline") {
+        None | Some(Value::Null) => None,
+        Some(seconds_left) => Some(seconds(seconds_left.as_f64()?)),
+    };
+    Some(Message {
+        msg_id: message.get("msgId")?.clone(),
+        ns: message.get("ns")?.as_str()?.to_owned(),
+        id: message.get("id")?.as_str()?.to_owned(),
+        deadline,
+    })
+}
+
+/// A number of seconds from the registry; a negative one (a deadline already past) is zero.
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value.max(0.0)).unwrap_or(Duration::MAX)
+}
+
+/// Exponential backoff with jitter: each pause is drawn from the upper half of a window that
+/// doubles up to a ceiling, so many workers restarted together do not retry in lockstep.
+struct Backoff {
+    window: Duration,
+    ceiling: Duration,
+}
+
+impl Backoff {
+    fn new((first, ceiling): (Duration, Duration)) -> Backoff {
+        Backoff {
+            window: first,
+            ceiling,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        let window = self.window;
+        self.window = (window * 2).min(self.ceiling);
+        let half = window / 2;
+        half + half.mul_f64(rand::random::<f64>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_with_jitter() {
+        let mut backoff = Backoff::new((Duration::from_millis(400), Duration::from_secs(3)));
+        for window in [400, 800, 1600, 3000, 3000] {
+            let pause = backoff.next();
+            let window = Duration::from_millis(window);
+            assert!(
+                pause >= window / 2 && pause <= window,
+                "{pause:?} outside {window:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn wind_down_messages() {
+        let message =
+            json!({ "msgId": "m-1", "type": "wind_down", "ns": "/t", "id": "a", "deadline": 30 });
+        assert_eq!(
+            parse_wind_down(&message),
+            Some(Message {
+                msg_id: json!("m-1"),
+                ns: "/t".into(),
+                id: "a".into(),
+                deadline: Some(Duration::from_secs(30)),
+            })
+        );
+        let revoked =
+            json!({ "msgId": 7, "type": "wind_down", "ns": "/t", "id": "a", "deadline": null });
+        assert_eq!(parse_wind_down(&revoked).unwrap().deadline, None);
+        let past =
+            json!({ "msgId": 8, "type": "wind_down", "ns": "/t", "id": "a", "deadline": -2.5 });
+        assert_eq!(
+            parse_wind_down(&past).unwrap().deadline,
+            Some(Duration::ZERO)
+        );
+        let other = json!({ "msgId": 9, "type": "rebalance", "ns": "/t", "id": "a" });
+        assert_eq!(parse_wind_down(&other), None);
+    }
+}

@@ -1,0 +1,225 @@
+//! The worker's threads: `threads` serving threads, each a monoio event loop with its own
+//! `SO_REUSEPORT` listener (as the node does), and one control thread running the registry
+//! protocol, so a heartbeat is never queued behind busy request handling. Also the
+//! cross-thread [`Signal`]s that stop them.
+
+use std::cell::Cell;
+use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use pinboard::config::DriverKind;
+use pinboard::http::{Limits, serve_connection};
+use pinboard::runtime::Shutdown;
+use tracing::{error, warn};
+
+use crate::app::App;
+use crate::control;
+use crate::state::Shared;
+use crate::surface::Surface;
+
+/// A one-shot flag another thread can await. Each thread awaits it once, in one task that
+/// turns it into the thread's own [`Shutdown`], so the waiter list stays as short as the
+/// number of threads.
+#[derive(Default)]
+pub(crate) struct Signal {
+    fired: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl Signal {
+    pub fn fire(&self) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        self.fired.store(true, Ordering::SeqCst);
+        for waker in waiters.drain(..) {
+            waker.wake();
+        }
+    }
+
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            // Checked under the lock `fire` takes, so a fire cannot slip between the check
+            // and the registration.
+            let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            if self.is_fired() {
+                return Poll::Ready(());
+            }
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A [`Shutdown`] for the calling thread's event loop, fired when the signal `which` picks
+/// out of `shared` is.
+pub(crate) fn local_shutdown(shared: &Arc<Shared>, which: fn(&Shared) -> &Signal) -> Shutdown {
+    let shutdown = Shutdown::default();
+    let (shared, local) = (shared.clone(), shutdown.clone());
+    monoio::spawn(async move {
+        which(&shared).wait().await;
+        local.fire();
+    });
+    shutdown
+}
+
+/// The listening sockets, bound before any thread starts so that a bad address fails
+/// [`Worker::start`](crate::Worker::start) and port 0 resolves to one port for all threads.
+pub(crate) fn bind(
+    addr: SocketAddr,
+    threads: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    use socket2::{Domain, Socket, Type};
+    let mut addr = addr;
+    (0..threads)
+        .map(|_| {
+            let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+            socket.set_reuse_address(true)?;
+            // Only to share the port between our own threads.
+            socket.set_reuse_port(threads > 1)?;
+            socket.set_nonblocking(true)?;
+            socket.bind(&addr.into())?;
+            socket.listen(1024)?;
+            let listener: std::net::TcpListener = socket.into();
+            addr = listener.local_addr()?;
+            Ok(listener)
+        })
+        .collect()
+}
+
+pub(crate) fn spawn_serving<A: App>(
+    shared: &Arc<Shared>,
+    app: &Arc<A>,
+    listeners: Vec<std::net::TcpListener>,
+) -> std::io::Result<Vec<JoinHandle<()>>> {
+    listeners
+        .into_iter()
+        .enumerate()
+        .map(|(index, listener)| {
+            let surface = Surface::new(shared.clone(), app.clone());
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("pinned-serve-{index}"))
+                .spawn(move || block_on(shared.driver, serve(listener, surface, shared.clone())))
+        })
+        .collect()
+}
+
+pub(crate) fn spawn_control<A: App>(
+    shared: &Arc<Shared>,
+    app: &Arc<A>,
+) -> std::io::Result<JoinHandle<()>> {
+    let (shared, app) = (shared.clone(), app.clone());
+    std::thread::Builder::new()
+        .name("pinned-control".into())
+        .spawn(move || block_on(shared.driver, control::run(shared.clone(), app)))
+}
+
+/// The event-loop driver every thread will run: `Auto` decided once, up front, so that all
+/// threads agree and a forced io_uring the kernel refuses fails the start.
+pub(crate) fn choose_driver(driver: DriverKind) -> Result<DriverKind, String> {
+    match driver {
+        DriverKind::Auto if monoio::utils::detect_uring() => Ok(DriverKind::IoUring),
+        DriverKind::Auto => Ok(DriverKind::Epoll),
+        DriverKind::IoUring if !monoio::utils::detect_uring() => {
+            Err("driver io_uring: the kernel does not offer the io_uring operations needed".into())
+        }
+        chosen => Ok(chosen),
+    }
+}
+
+/// Runs `future` on a fresh event loop of the chosen driver.
+fn block_on<F: Future>(driver: DriverKind, future: F) -> F::Output {
+    let epoll = || {
+        RuntimeBuilder::<LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            // Building an epoll loop fails only when the process is out of file descriptors
+            // or memory; the worker cannot serve at all then.
+            .expect("starting an epoll event loop")
+    };
+    if driver == DriverKind::Epoll {
+        return epoll().block_on(future);
+    }
+    match RuntimeBuilder::<IoUringDriver>::new()
+        .enable_timer()
+        .build()
+    {
+        Ok(mut rt) => rt.block_on(future),
+        Err(e) => {
+            // Detected as available, then refused (a ring limit reached, say): epoll serves.
+            warn!(error = %e, "io_uring event loop refused; running on epoll");
+            epoll().block_on(future)
+        }
+    }
+}
+
+/// One serving thread: accepts until the serving stop fires, then lets open connections
+/// finish within the shutdown grace.
+async fn serve<A: App>(listener: std::net::TcpListener, surface: Surface<A>, shared: Arc<Shared>) {
+    let listener = match monoio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            error!(error = %e, "registering the listener failed; this thread serves nothing");
+            return;
+        }
+    };
+    let shutdown = local_shutdown(&shared, |shared| &shared.serving_stop);
+    let surface = Rc::new(surface);
+    let limits = Rc::new(Limits {
+        header_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(75),
+        // Attestations carrying a client's claims can be long.
+        max_header_bytes: 64 * 1024,
+    });
+    let active = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = monoio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.fired() => break,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let (surface, limits, active, shutdown) = (
+                    surface.clone(),
+                    limits.clone(),
+                    active.clone(),
+                    shutdown.clone(),
+                );
+                active.set(active.get() + 1);
+                monoio::spawn(async move {
+                    serve_connection(stream, peer, &*surface, &limits, &shutdown).await;
+                    active.set(active.get() - 1);
+                });
+            }
+            Err(e) => {
+                // Typically EMFILE: back off instead of spinning on the error.
+                warn!(error = %e, "accept failed");
+                monoio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    drop(listener);
+    let deadline = Instant::now() + shared.config.shutdown_grace;
+    while active.get() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if active.get() > 0 {
+        warn!(
+            open = active.get(),
+            "shutdown grace over; dropping connections"
+        );
+    }
+}

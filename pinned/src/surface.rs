@@ -1,0 +1,675 @@
+//! What the worker serves (contract §4): `GET /_pinned/challenge`, `GET /_pinned/stats`, and
+//! its instances `/{ns}/{id}...` — each gated as the spec says (proxy secret or attestation,
+//! attestation, attestation plus a well-formed and current placement epoch) before the
+//! application sees a request.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use http::header::{ALLOW, RETRY_AFTER};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use pinboard::error::Error;
+use pinboard::http::{Handler, Request, Response};
+use serde_json::json;
+use tracing::debug;
+
+use crate::app::{App, Instance};
+use crate::attest::{self, Attestation, Invalid};
+use crate::epoch::Epoch;
+use crate::state::{Admission, Shared};
+use crate::worker::Handle;
+
+const ATTESTATION: HeaderName = HeaderName::from_static("pinboard-attestation");
+const EPOCH: HeaderName = HeaderName::from_static("pinboard-epoch");
+const PROXY_SECRET: HeaderName = HeaderName::from_static("pinboard-proxy-secret");
+/// The in-band refusal of a new activation (spec "In-band refusal and re-placement").
+const REFUSAL: HeaderName = HeaderName::from_static("pinned-refusal");
+
+pub(crate) struct Surface<A> {
+    shared: Arc<Shared>,
+    app: Arc<A>,
+    handle: Handle,
+}
+
+impl<A: App> Surface<A> {
+    pub fn new(shared: Arc<Shared>, app: Arc<A>) -> Surface<A> {
+        let handle = Handle::new(shared.clone());
+        Surface {
+            shared,
+            app,
+            handle,
+        }
+    }
+
+    fn attested(&self, req: &Request<'_>) -> Result<Attestation, Invalid> {
+        let token = req
+            .header(ATTESTATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or(Invalid::Malformed)?;
+        let session = self
+            .shared
+            .state()
+            .session
+            .clone()
+            .ok_or(Invalid::Audience)?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        attest::verify(token, self.shared.secret.as_bytes(), &session, now)
+    }
+
+    fn challenge(&self, req: &Request<'_>) -> Response {
+        let secret = req
+            .header(PROXY_SECRET)
+            .is_some_and(|v| constant_time_eq(v.as_bytes(), self.shared.secret.as_bytes()));
+        if !secret && self.attested(req).is_err() {
+            return Response::text(StatusCode::FORBIDDEN, "invalid proxy secret");
+        }
+        let challenge = query_param(req.head.uri.query().unwrap_or(""), "challenge");
+        let state = self.shared.state();
+        match challenge.as_deref().and_then(|c| state.challenge_value(c)) {
+            Some(value) => Response::json_value(StatusCode::OK, &json!({ "value": value })),
+            None => Response::text(StatusCode::NOT_FOUND, "unknown challenge"),
+        }
+    }
+
+    fn stats(&self, req: &Request<'_>) -> Response {
+        if let Err(why) = self.attested(req) {
+            debug!(reason = %why, "refusing a stats call");
+            return invalid_attestation();
+        }
+        let shared = &self.shared;
+        let now = Instant::now();
+        let state = shared.state();
+        let instances = state.instances();
+        let count: usize = instances.values().map(Vec::len).sum();
+        Response::json_value(
+            StatusCode::OK,
+            &json!({
+                "sessionId": state.session,
+                "clientId": shared.config.client_id,
+                "advertiseUrl": shared.advertise_url,
+                "namespaces": shared.config.namespaces,
+                "instances": instances,
+                "instanceCount": count,
+                "headroom": state.headroom,
+                "draining": state.draining || state.registry_draining,
+                "degraded": state.degraded,
+                "leaseHealthy": state.lease_healthy(now),
+                "threads": shared.config.threads,
+                "uptimeMs": now.duration_since(shared.started).as_millis() as u64,
+            }),
+        )
+    }
+
+    async fn instance(
+        &self,
+        req: &mut Request<'_>,
+        ns: String,
+        id: String,
+        rest: String,
+    ) -> Result<Response, Error> {
+        let attestation = match self.attested(req) {
+            Ok(attestation) => attestation,
+            Err(why) => {
+                debug!(%ns, %id, reason = %why, "refusing an unattested instance request");
+                return Ok(invalid_attestation());
+            }
+        };
+        let Some(epoch) = req.header(EPOCH).and_then(|v| Epoch::parse(v.as_bytes())) else {
+            return Ok(Response::text(
+                StatusCode::BAD_REQUEST,
+                "malformed placement epoch",
+            ));
+        };
+        let admission = self.shared.state().admit(&ns, &id, &epoch, Instant::now());
+        let activated = match admission {
+            Admission::Serve { activated } => activated,
+            Admission::Stale => {
+                debug!(%ns, %id, %epoch, "refusing a forward at a stale epoch");
+                return Ok(Response::text(
+                    StatusCode::CONFLICT,
+                    "stale placement epoch",
+                ));
+            }
+            Admission::Refused => {
+                debug!(%ns, %id, %epoch, "refusing a new activation");
+                return Ok(Response::json_value(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &json!({ "detail": "lease unhealthy" }),
+                )
+                .header(RETRY_AFTER, HeaderValue::from_static("1"))
+                .header(REFUSAL, HeaderValue::from_static("lease-unhealthy")));
+            }
+        };
+        let instance = Instance {
+            ns,
+            id,
+            rest,
+            epoch,
+            activated,
+            attestation,
+        };
+        self.app.handle(&self.handle, &instance, req).await
+    }
+}
+
+impl<A: App> Handler for Surface<A> {
+    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+        let Some(path) = req.path().strip_prefix(self.shared.base.as_str()) else {
+            return Ok(not_found());
+        };
+        let readable = matches!(*req.method(), Method::GET | Method::HEAD);
+        match path {
+            "/_pinned/challenge" | "/_pinned/stats" if !readable => Ok(Response::text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed",
+            )
+            .header(ALLOW, HeaderValue::from_static("GET, HEAD"))),
+            "/_pinned/challenge" => Ok(self.challenge(req)),
+            "/_pinned/stats" => Ok(self.stats(req)),
+            _ => match split_instance(path, &self.shared.config.namespaces) {
+                Some((ns, id, rest)) => {
+                    let (ns, id, rest) = (ns.to_owned(), id.to_owned(), rest.to_owned());
+                    self.instance(req, ns, id, rest).await
+                }
+                None => Ok(not_found()),
+            },
+        }
+    }
+}
+
+fn invalid_attestation() -> Response {
+    Response::json_value(
+        StatusCode::FORBIDDEN,
+        &json!({ "detail": "invalid attestation" }),
+    )
+}
+
+fn not_found() -> Response {
+    Response::json_value(StatusCode::NOT_FOUND, &json!({ "detail": "not found" }))
+}
+
+/// `/{segment}/{id}{rest}` → `("/{segment}", id, rest)` when `/{segment}` is one of
+/// `namespaces` and `id` is not empty.
+fn split_instance<'p>(path: &'p str, namespaces: &[String]) -> Option<(&'p str, &'p str, &'p str)> {
+    let after_ns = path.get(1..)?.find('/')? + 1;
+    let (ns, tail) = path.split_at(after_ns);
+    if !namespaces.iter().any(|n| n == ns) {
+        return None;
+    }
+    let tail = &tail[1..];
+    let id_end = tail.find('/').unwrap_or(tail.len());
+    let (id, rest) = tail.split_at(id_end);
+    (!id.is_empty()).then_some((ns, id, rest))
+}
+
+/// The first value of `name` in a query string, percent-decoded.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(key) == name).then(|| percent_decode(value))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let hex = |i: usize| {
+        let digit = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+        Some(digit(bytes.get(i + 1))? * 16 + digit(bytes.get(i + 2))?)
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(i)) {
+            (b'%', Some(byte)) => {
+                // Two hex digits make at most 255.
+                out.push(byte as u8);
+                i += 3;
+                continue;
+            }
+            (b'+', _) => out.push(b' '),
+            (b, _) => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::thread::JoinHandle;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use jsonwebtoken::Algorithm;
+    use pinboard::config::DriverKind;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::attest::tests::{mint, mint_with};
+    use crate::config::Config;
+    use crate::registry::Registry;
+    use crate::runtime::{bind, choose_driver, spawn_serving};
+    use crate::test_http::{Client, Reply};
+
+    /// Answers with what it was told about the instance, and the request body.
+    struct Describe;
+
+    impl App for Describe {
+        async fn handle(
+            &self,
+            _: &Handle,
+            instance: &Instance,
+            req: &mut Request<'_>,
+        ) -> Result<Response, Error> {
+            let body = req.read_body(1024).await.unwrap_or_default();
+            Ok(Response::json_value(
+                StatusCode::OK,
+                &json!({
+                    "ns": instance.ns, "id": instance.id, "rest": instance.rest,
+                    "epoch": instance.epoch.as_str(), "activated": instance.activated,
+                    "caller": instance.attestation.caller, "depth": instance.attestation.depth,
+                    "acct": instance.attestation.acct, "query": req.head.uri.query(),
+                    "body": String::from_utf8_lossy(&body),
+                }),
+            ))
+        }
+    }
+
+    /// The serving threads alone, over a real socket, with the registry's part of the state
+    /// set by hand: these tests are about what the worker answers, not how it registers.
+    struct Serving {
+        shared: Arc<Shared>,
+        threads: Vec<JoinHandle<()>>,
+    }
+
+    impl Serving {
+        fn start(advertise_path: &str) -> Serving {
+            Serving::on(DriverKind::Auto, advertise_path)
+        }
+
+        fn on(driver: DriverKind, advertise_path: &str) -> Serving {
+            let config = Config::new("http://127.0.0.1:9", "token", "c-1", &["/threads", "/docs"]);
+            let registry =
+                Registry::new(config.validate().unwrap(), "token", Duration::from_secs(1));
+            let listeners = bind(config.listen, 1).unwrap();
+            let addr = listeners[0].local_addr().unwrap();
+            let advertise = format!("http://{addr}{advertise_path}");
+            let driver = choose_driver(driver).unwrap();
+            let base = advertise_path.to_owned();
+            let shared = Arc::new(Shared::new(config, registry, advertise, base, addr, driver));
+            let threads = spawn_serving(&shared, &Arc::new(Describe), listeners).unwrap();
+            Serving { shared, threads }
+        }
+
+        /// As after a registration: session `sess-1`, a live lease.
+        fn registered() -> Serving {
+            let serving = Serving::start("");
+            let mut state = serving.shared.state();
+            state.session = Some("sess-1".into());
+            state.lease_until = Some(Instant::now() + Duration::from_secs(60));
+            drop(state);
+            serving
+        }
+
+        fn attestation(&self) -> String {
+            mint(&self.shared.secret, "sess-1", now())
+        }
+
+        fn get(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+            self.send("GET", path, headers, "")
+        }
+
+        fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+            let mut head = format!(
+                "{method} {path} HTTP/1.1\r\nHost: w\r\nContent-Length: {}\r\n",
+                body.len()
+            );
+            for (name, value) in headers {
+                head.push_str(&format!("{name}: {value}\r\n"));
+            }
+            Client::connect(self.shared.local_addr).request(format!("{head}\r\n{body}").as_bytes())
+        }
+    }
+
+    impl Drop for Serving {
+        fn drop(&mut self) {
+            self.shared.serving_stop.fire();
+            for thread in self.threads.drain(..) {
+                thread.join().unwrap();
+            }
+        }
+    }
+
+    fn now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn text(reply: &Reply, status: u16, body: &str) {
+        assert_eq!(
+            (reply.status, reply.text().as_str()),
+            (status, body),
+            "{reply:?}"
+        );
+        assert_eq!(
+            reply.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+    }
+
+    fn json_reply(reply: &Reply, status: u16) -> Value {
+        assert_eq!(reply.status, status, "{reply:?}");
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+        reply.json()
+    }
+
+    #[test]
+    fn challenge_answers_the_current_and_previous_only() {
+        let w = Serving::start("");
+        let secret = w.shared.secret.clone();
+        let with_secret = [("Pinboard-Proxy-Secret", secret.as_str())];
+        let (c1, v1) = w.shared.state().next_challenge();
+        let (c2, v2) = w.shared.state().next_challenge();
+        let probe = |c: &str| w.get(&format!("/_pinned/challenge?challenge={c}"), &with_secret);
+        assert_eq!(json_reply(&probe(&c2), 200), json!({ "value": v2 }));
+        assert_eq!(json_reply(&probe(&c1), 200), json!({ "value": v1 }));
+        w.shared.state().next_challenge();
+        text(&probe(&c1), 404, "unknown challenge");
+        assert_eq!(json_reply(&probe(&c2), 200), json!({ "value": v2 }));
+        text(&probe("nope"), 404, "unknown challenge");
+        text(
+            &w.get("/_pinned/challenge", &with_secret),
+            404,
+            "unknown challenge",
+        );
+        // Other parameters around it, and percent-encoding, are fine.
+        let encoded: String = c2.chars().map(|ch| format!("%{:02X}", ch as u8)).collect();
+        let reply = w.get(
+            &format!("/_pinned/challenge?x=1&challenge={encoded}&y"),
+            &with_secret,
+        );
+        assert_eq!(json_reply(&reply, 200), json!({ "value": v2 }));
+    }
+
+    #[test]
+    fn challenge_needs_the_secret_or_an_attestation() {
+        let w = Serving::start("");
+        let (c, v) = w.shared.state().next_challenge();
+        let path = format!("/_pinned/challenge?challenge={c}");
+        text(&w.get(&path, &[]), 403, "invalid proxy secret");
+        let wrong = "0".repeat(64);
+        text(
+            &w.get(&path, &[("Pinboard-Proxy-Secret", &wrong)]),
+            403,
+            "invalid proxy secret",
+        );
+        let prefix = &w.shared.secret[..10];
+        text(
+            &w.get(&path, &[("Pinboard-Proxy-Secret", prefix)]),
+            403,
+            "invalid proxy secret",
+        );
+        // Checked before the challenge: a stale challenge without the secret is still 403.
+        text(
+            &w.get("/_pinned/challenge?challenge=old", &[]),
+            403,
+            "invalid proxy secret",
+        );
+
+        // An attestation stands in for the secret once there is a session to attest.
+        let attestation = w.attestation();
+        let attested = [("Pinboard-Attestation", attestation.as_str())];
+        text(&w.get(&path, &attested), 403, "invalid proxy secret");
+        w.shared.state().session = Some("sess-1".into());
+        assert_eq!(
+            json_reply(&w.get(&path, &attested), 200),
+            json!({ "value": v })
+        );
+        let other_session = mint(&w.shared.secret, "sess-0", now());
+        text(
+            &w.get(&path, &[("Pinboard-Attestation", &other_session)]),
+            403,
+            "invalid proxy secret",
+        );
+
+        let reply = w.send("POST", &path, &[], "");
+        text(&reply, 405, "method not allowed");
+        assert_eq!(reply.header("allow"), Some("GET, HEAD"));
+    }
+
+    #[test]
+    fn stats_are_attested() {
+        let w = Serving::registered();
+        let refused = w.get(
+            "/_pinned/stats",
+            &[("Pinboard-Proxy-Secret", &w.shared.secret.clone())],
+        );
+        assert_eq!(
+            json_reply(&refused, 403),
+            json!({ "detail": "invalid attestation" })
+        );
+        let attestation = w.attestation();
+        let attested = [
+            ("Pinboard-Attestation", attestation.as_str()),
+            ("Pinboard-Epoch", "42"),
+        ];
+        assert_eq!(w.get("/threads/t1", &attested).status, 200);
+        assert_eq!(w.get("/docs/d1/x", &attested).status, 200);
+        let stats = json_reply(&w.get("/_pinned/stats", &attested), 200);
+        assert_eq!(stats["sessionId"], "sess-1");
+        assert_eq!(stats["clientId"], "c-1");
+        assert_eq!(stats["namespaces"], json!(["/threads", "/docs"]));
+        assert_eq!(
+            stats["instances"],
+            json!({ "/threads": ["t1"], "/docs": ["d1"] })
+        );
+        assert_eq!(stats["instanceCount"], 2);
+        assert_eq!(stats["headroom"], 100);
+        assert_eq!(
+            (stats["draining"].clone(), stats["leaseHealthy"].clone()),
+            (json!(false), json!(true))
+        );
+        assert!(stats["uptimeMs"].is_u64());
+    }
+
+    #[test]
+    fn instances_require_a_valid_attestation() {
+        let w = Serving::registered();
+        let epoch = ("Pinboard-Epoch", "7");
+        let refused = json!({ "detail": "invalid attestation" });
+        assert_eq!(json_reply(&w.get("/threads/a", &[epoch]), 403), refused);
+        let secret = w.shared.secret.clone();
+        for token in [
+            mint("another-secret", "sess-1", now()),
+            mint(&secret, "sess-0", now()),
+            mint(&secret, "sess-1", now() - 61),
+            mint(&secret, "sess-1", now() + 31),
+            mint_with(
+                Algorithm::HS384,
+                "pinboard+jwt",
+                &secret,
+                &json!({ "aud": "sess-1", "iat": now(), "exp": now() + 30 }),
+            ),
+            "garbage".into(),
+        ] {
+            let reply = w.get("/threads/a", &[("Pinboard-Attestation", &token), epoch]);
+            assert_eq!(json_reply(&reply, 403), refused, "{token}");
+        }
+        // The proxy secret does not stand in for an attestation here.
+        let reply = w.get("/threads/a", &[("Pinboard-Proxy-Secret", &secret), epoch]);
+        assert_eq!(json_reply(&reply, 403), refused);
+        assert!(w.shared.state().held().is_empty());
+    }
+
+    #[test]
+    fn the_epoch_must_be_digits_and_current() {
+        let w = Serving::registered();
+        let attestation = w.attestation();
+        let get = |path: &str, epoch: Option<&str>| {
+            let mut headers = vec![("Pinboard-Attestation", attestation.as_str())];
+            headers.extend(epoch.map(|e| ("Pinboard-Epoch", e)));
+            w.get(path, &headers)
+        };
+        for bad in [
+            None,
+            Some(""),
+            Some("12a"),
+            Some("-1"),
+            Some("1.5"),
+            Some("7 8"),
+            Some("0x1f"),
+        ] {
+            text(&get("/threads/a", bad), 400, "malformed placement epoch");
+        }
+        assert!(w.shared.state().held().is_empty());
+
+        let first = json_reply(&get("/threads/a/x/y?q=1", Some("1700000000005")), 200);
+        assert_eq!(
+            first,
+            json!({
+                "ns": "/threads", "id": "a", "rest": "/x/y", "epoch": "1700000000005",
+                "activated": true, "caller": null, "depth": null, "acct": null, "query": "q=1",
+                "body": "",
+            })
+        );
+        assert_eq!(
+            json_reply(&get("/threads/a", Some("1700000000005")), 200)["activated"],
+            false
+        );
+        text(
+            &get("/threads/a", Some("1700000000004")),
+            409,
+            "stale placement epoch",
+        );
+        assert_eq!(
+            json_reply(&get("/threads/a", Some("1700000000009")), 200)["activated"],
+            true
+        );
+        let held = w.shared.state().held();
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            (held[0].0.as_str(), held[0].1.as_str(), held[0].2.as_str()),
+            ("/threads", "a", "1700000000009")
+        );
+    }
+
+    #[test]
+    fn the_application_sees_the_claims_and_the_body() {
+        let w = Serving::registered();
+        let claims = json!({
+            "aud": "sess-1", "iat": now(), "exp": now() + 30, "caller": "/docs/d9", "depth": 3,
+            "acct": { "sub": "alice", "scopes": ["read"], "claims": { "sub": "alice" } },
+        });
+        let token = mint_with(Algorithm::HS256, "pinboard+jwt", &w.shared.secret, &claims);
+        let headers = [
+            ("Pinboard-Attestation", token.as_str()),
+            ("Pinboard-Epoch", "3"),
+        ];
+        let seen = json_reply(&w.send("POST", "/docs/d1", &headers, "hello"), 200);
+        assert_eq!(
+            (seen["caller"].clone(), seen["depth"].clone()),
+            (json!("/docs/d9"), json!(3))
+        );
+        assert_eq!(seen["acct"], claims["acct"]);
+        assert_eq!(
+            (seen["rest"].clone(), seen["body"].clone()),
+            (json!(""), json!("hello"))
+        );
+    }
+
+    #[test]
+    fn new_activations_are_refused_without_a_live_lease() {
+        let w = Serving::registered();
+        let attestation = w.attestation();
+        let headers = [
+            ("Pinboard-Attestation", attestation.as_str()),
+            ("Pinboard-Epoch", "5"),
+        ];
+        assert_eq!(w.get("/threads/held", &headers).status, 200);
+        w.shared.state().lease_until = Some(Instant::now());
+        let refused = w.get("/threads/new", &headers);
+        assert_eq!(
+            json_reply(&refused, 503),
+            json!({ "detail": "lease unhealthy" })
+        );
+        assert_eq!(refused.header("retry-after"), Some("1"));
+        assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+        assert_eq!(
+            w.get("/threads/held", &headers).status,
+            200,
+            "held instances stay served"
+        );
+    }
+
+    #[test]
+    fn other_paths_are_not_found() {
+        let w = Serving::registered();
+        let attestation = w.attestation();
+        let headers = [
+            ("Pinboard-Attestation", attestation.as_str()),
+            ("Pinboard-Epoch", "5"),
+        ];
+        for path in [
+            "/",
+            "/threads",
+            "/threads/",
+            "/other/a",
+            "/_pinned/else",
+            "/threadsx/a",
+        ] {
+            assert_eq!(
+                json_reply(&w.get(path, &headers), 404),
+                json!({ "detail": "not found" }),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn both_drivers_serve_and_stop() {
+        let mut drivers = vec![DriverKind::Epoll];
+        if monoio::utils::detect_uring() {
+            drivers.push(DriverKind::IoUring);
+        }
+        for driver in drivers {
+            let w = Serving::on(driver, "");
+            let (c, v) = w.shared.state().next_challenge();
+            let secret = w.shared.secret.clone();
+            let reply = w.get(
+                &format!("/_pinned/challenge?challenge={c}"),
+                &[("Pinboard-Proxy-Secret", &secret)],
+            );
+            assert_eq!(json_reply(&reply, 200), json!({ "value": v }), "{driver:?}");
+            // Dropping fires the stop from this thread: the serving thread must wake and end.
+            let addr = w.shared.local_addr;
+            drop(w);
+            assert!(
+                std::net::TcpStream::connect(addr).is_err(),
+                "{driver:?} listener closed"
+            );
+        }
+    }
+
+    #[test]
+    fn an_advertise_path_prefixes_everything() {
+        let w = Serving::start("/w1");
+        let secret = w.shared.secret.clone();
+        let (c, v) = w.shared.state().next_challenge();
+        let with_secret = [("Pinboard-Proxy-Secret", secret.as_str())];
+        let reply = w.get(
+            &format!("/w1/_pinned/challenge?challenge={c}"),
+            &with_secret,
+        );
+        assert_eq!(json_reply(&reply, 200), json!({ "value": v }));
+        let outside = w.get(&format!("/_pinned/challenge?challenge={c}"), &with_secret);
+        assert_eq!(json_reply(&outside, 404), json!({ "detail": "not found" }));
+        assert_eq!(w.get("/w1x/_pinned/challenge", &with_secret).status, 404);
+    }
+}

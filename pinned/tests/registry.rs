@@ -1,0 +1,457 @@
+//! The worker against a real `pinboard serve` and a real redis-server: registration,
+//! heartbeats, re-registration (reclaiming or evicting held instances), release, tag,
+//! supersession, wind-down messages and the graceful shutdown.
+//!
+//! Placements are written straight into Redis in the contract's layout (§5) and requests are
+//! sent to the worker attested as Pinboard would forward them, so these tests need only the
+//! registry's worker routes, not the data plane. The ones that need more say so.
+//!
+//! Needs the `pinboard` binary next to this test (see `support/node.rs`).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pinned::{
+    App, CallError, Config, Error, Event, Handle, Instance, Request, Response, Takeover, Worker,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use support::http::{Client, Reply, get, post_json};
+use support::node::{Node, token};
+use support::redis::RedisServer;
+use support::{attestation, block_on, eventually};
+
+const LEASE_MS: u64 = 2000;
+const ACCOUNT: &str = "acct-1";
+
+/// Answers with what it was told about the instance; records every event.
+#[derive(Clone, Default)]
+struct Recorder {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Recorder {
+    fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl App for Recorder {
+    async fn handle(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        _: &mut Request<'_>,
+    ) -> Result<Response, Error> {
+        Ok(Response::json_value(
+            http::StatusCode::OK,
+            &json!({
+                "ns": instance.ns, "id": instance.id, "rest": instance.rest,
+                "epoch": instance.epoch.as_str(), "activated": instance.activated,
+                "session": worker.session_id(),
+            }),
+        ))
+    }
+
+    async fn on_event(&self, _: &Handle, event: Event) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+struct Fleet {
+    redis: RedisServer,
+    node: Node,
+}
+
+impl Fleet {
+    fn start(env: &[(&str, &str)]) -> Fleet {
+        let redis = RedisServer::start();
+        let lease = LEASE_MS.to_string();
+        let mut env = env.to_vec();
+        env.push(("PINBOARD_LEASE_TTL_MS", &lease));
+        let node = Node::start(&redis.url(), &env);
+        Fleet { redis, node }
+    }
+
+    fn worker(&self, app: &Recorder, configure: impl FnOnce(&mut Config)) -> Worker {
+        let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
+        let mut config = Config::new(&self.node.url(), &token, "worker-1", &["/threads", "/docs"]);
+        config.call_timeout = Duration::from_secs(5);
+        configure(&mut config);
+        let worker = Worker::start(config, app.clone()).unwrap();
+        let handle = worker.handle();
+        assert!(
+            eventually(Duration::from_secs(15), || handle.session_id().is_some()),
+            "no registration:\n{}",
+            self.node.log()
+        );
+        worker
+    }
+
+    /// The placements hash of `(ns, id)` in single mode (contract §5).
+    fn placements_key(ns: &str, id: &str) -> String {
+        let digest = Sha256::digest(id.as_bytes());
+        let bucket = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % 16;
+        format!("pinboard:{{{bucket}}}:default:{ns}:placements")
+    }
+
+    /// Writes a placement row as a claim would.
+    fn place(&self, ns: &str, id: &str, session: &str, epoch: &str) {
+        let row = json!({ "sessionId": session, "epoch": epoch }).to_string();
+        self.redis
+            .cli(&["HSET", &Fleet::placements_key(ns, id), id, &row]);
+    }
+
+    fn row(&self, ns: &str, id: &str) -> Option<Value> {
+        let raw = self
+            .redis
+            .cli(&["HGET", &Fleet::placements_key(ns, id), id]);
+        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
+    }
+
+    /// A heartbeat for `session` sent by the test itself.
+    fn heartbeat(&self, session: &str) -> Reply {
+        let body = json!({
+            "sessionId": session, "headroom": 1, "draining": false,
+            "challenge": "c", "challengeValue": "v",
+        });
+        let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
+        post_json(
+            self.node.addr,
+            "/registry/heartbeat",
+            Some(&token),
+            &body.to_string(),
+        )
+    }
+}
+
+/// A request to the worker as Pinboard forwards it: attested for its current session, at
+/// `epoch`.
+fn forward(handle: &Handle, path: &str, epoch: &str) -> Reply {
+    let session = handle.session_id().expect("a session");
+    let token = attestation(handle.secret(), &session);
+    Client::connect(handle.local_addr()).request(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: w\r\nPinboard-Attestation: {token}\r\nPinboard-Epoch: {epoch}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+}
+
+fn registrations(events: &[Event]) -> Vec<(String, bool)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Registered {
+                session_id,
+                reregistered,
+            } => Some((session_id.clone(), *reregistered)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn registers_heartbeats_tags_releases_and_deregisters() {
+    let fleet = Fleet::start(&[]);
+    let app = Recorder::default();
+    let worker = fleet.worker(&app, |_| {});
+    let handle = worker.handle().clone();
+    let session = handle.session_id().unwrap();
+    assert!(handle.status().lease_healthy);
+    assert!(eventually(Duration::from_secs(2), || registrations(
+        &app.events()
+    ) == [(
+        session.clone(),
+        false
+    )]));
+
+    // Heartbeats keep the session past several lease TTLs.
+    std::thread::sleep(Duration::from_millis(LEASE_MS * 3));
+    assert_eq!(handle.session_id(), Some(session.clone()));
+    assert!(handle.status().lease_healthy, "{}", fleet.node.log());
+    assert_eq!(
+        registrations(&app.events()).len(),
+        1,
+        "{}",
+        fleet.node.log()
+    );
+    assert_eq!(
+        fleet.heartbeat(&session).status,
+        200,
+        "the registry knows the session"
+    );
+
+    // The own draining flag goes out on the next heartbeat and comes back as the registry's.
+    handle.set_draining(true);
+    assert!(eventually(Duration::from_secs(3), || handle
+        .status()
+        .registry_draining));
+    let drain = Event::Drain {
+        draining: true,
+        deadline: None,
+    };
+    assert!(eventually(Duration::from_secs(1), || app
+        .events()
+        .contains(&drain)));
+    handle.set_draining(false);
+    assert!(eventually(Duration::from_secs(3), || !handle
+        .status()
+        .registry_draining));
+
+    // Holding an instance, tagging it, releasing it: each quotes the epoch held.
+    fleet.place("/threads", "t1", &session, "100");
+    let served = forward(&handle, "/threads/t1/x", "100");
+    assert_eq!(served.status, 200, "{served:?}");
+    assert_eq!(served.json()["activated"], true);
+    assert!(block_on(handle.tag("/threads", "t1", "ws:W")).unwrap());
+    assert_eq!(fleet.row("/threads", "t1").unwrap()["tag"], "ws:W");
+    assert!(block_on(handle.release("/threads", "t1")).unwrap());
+    assert_eq!(fleet.row("/threads", "t1"), None);
+    assert!(handle.held().is_empty());
+    assert!(matches!(
+        block_on(handle.release("/threads", "t1")),
+        Err(CallError::NotHeld { .. })
+    ));
+    let stale = forward(&handle, "/threads/t1", "100");
+    assert_eq!(
+        (stale.status, stale.text().as_str()),
+        (409, "stale placement epoch")
+    );
+
+    // A row re-placed under the worker's feet: release frees nothing, tag writes nothing.
+    fleet.place("/docs", "d1", &session, "200");
+    assert_eq!(forward(&handle, "/docs/d1", "200").status, 200);
+    fleet.place("/docs", "d1", &session, "201");
+    assert!(!block_on(handle.tag("/docs", "d1", "x")).unwrap());
+    assert!(!block_on(handle.release("/docs", "d1")).unwrap());
+    assert!(fleet.row("/docs", "d1").is_some());
+
+    // Graceful shutdown releases what is held, then deregisters.
+    fleet.place("/threads", "t2", &session, "300");
+    assert_eq!(forward(&handle, "/threads/t2", "300").status, 200);
+    worker.shutdown();
+    assert_eq!(fleet.row("/threads", "t2"), None, "{}", fleet.node.log());
+    let gone = fleet.heartbeat(&session);
+    assert_eq!(
+        (gone.status, gone.json()),
+        (
+            409,
+            json!({ "error": "unknown session", "reregister": true })
+        )
+    );
+}
+
+#[test]
+fn reregisters_reclaiming_held_instances_at_their_epoch() {
+    let mut fleet = Fleet::start(&[]);
+    let app = Recorder::default();
+    let worker = fleet.worker(&app, |_| {});
+    let handle = worker.handle().clone();
+    let first = handle.session_id().unwrap();
+    fleet.place("/threads", "t1", &first, "100");
+    assert_eq!(forward(&handle, "/threads/t1", "100").status, 200);
+
+    // The node goes away for longer than a lease: the session expires meanwhile, and the
+    // worker's next heartbeat learns it lost the session.
+    let addr = fleet.node.addr.to_string();
+    assert!(fleet.node.stop().success());
+    std::thread::sleep(Duration::from_millis(LEASE_MS * 2));
+    assert!(!handle.status().lease_healthy);
+    fleet.node = Node::start(
+        &fleet.redis.url(),
+        &[
+            ("PINBOARD_LEASE_TTL_MS", &LEASE_MS.to_string()),
+            ("PINBOARD_LISTEN", &addr),
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(15), || handle
+            .session_id()
+            .is_some_and(|s| s != first)),
+        "{}",
+        fleet.node.log()
+    );
+    let second = handle.session_id().unwrap();
+    assert_eq!(
+        registrations(&app.events()),
+        [(first, false), (second.clone(), true)]
+    );
+    assert!(
+        !app.events()
+            .iter()
+            .any(|e| matches!(e, Event::Evicted { .. }))
+    );
+    assert_eq!(handle.held().len(), 1);
+    assert_eq!(handle.held()[0].epoch.as_str(), "100");
+    assert_eq!(
+        fleet.row("/threads", "t1").unwrap(),
+        json!({ "sessionId": second, "epoch": "100" })
+    );
+    let again = forward(&handle, "/threads/t1", "100");
+    assert_eq!(
+        (again.status, again.json()["activated"].clone()),
+        (200, json!(false))
+    );
+    worker.shutdown();
+}
+
+#[test]
+fn reregistration_evicts_what_it_cannot_reclaim() {
+    let fleet = Fleet::start(&[]);
+    let app = Recorder::default();
+    let worker = fleet.worker(&app, |_| {});
+    let handle = worker.handle().clone();
+    let first = handle.session_id().unwrap();
+    fleet.place("/threads", "t1", &first, "100");
+    assert_eq!(forward(&handle, "/threads/t1", "100").status, 200);
+
+    // Redis loses everything: the session and the row.
+    fleet.redis.cli(&["FLUSHALL"]);
+    assert!(
+        eventually(Duration::from_secs(15), || handle
+            .session_id()
+            .is_some_and(|s| s != first)),
+        "{}",
+        fleet.node.log()
+    );
+    assert!(eventually(Duration::from_secs(2), || app
+        .events()
+        .contains(&Event::Evicted {
+            ns: "/threads".into(),
+            id: "t1".into()
+        })));
+    assert!(handle.held().is_empty());
+    let stale = forward(&handle, "/threads/t1", "100");
+    assert_eq!(
+        (stale.status, stale.text().as_str()),
+        (409, "stale placement epoch")
+    );
+    worker.shutdown();
+}
+
+#[test]
+fn a_higher_epoch_registration_supersedes_this_one() {
+    let fleet = Fleet::start(&[("PINBOARD_HOSTNAME_AWARE", "true")]);
+    let hostname_aware = |env: &str, epoch: u64| {
+        let env = env.to_owned();
+        move |config: &mut Config| {
+            config.namespaces = vec!["/threads".into()];
+            config.hostname = Some("app.example.com".into());
+            config.env = Some(env);
+            config.takeover = Some(Takeover::WindDown);
+            config.epoch = Some(epoch);
+        }
+    };
+    let (old_app, new_app) = (Recorder::default(), Recorder::default());
+    let old = fleet.worker(&old_app, hostname_aware("blue", 1));
+    let old_handle = old.handle().clone();
+    old_handle.session_id().unwrap();
+    let _new = fleet.worker(&new_app, |config| {
+        hostname_aware("green", 2)(config);
+        config.client_id = "worker-2".into();
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || old_handle.status().superseded),
+        "{}",
+        fleet.node.log()
+    );
+    assert!(
+        old_app
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Superseded { .. }))
+    );
+    let refused = forward(&old_handle, "/threads/t1", "5");
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+    // No more heartbeats: the superseded worker stays superseded.
+    std::thread::sleep(Duration::from_millis(LEASE_MS));
+    assert!(old_handle.status().superseded);
+    assert_eq!(registrations(&old_app.events()).len(), 1);
+}
+
+#[test]
+#[ignore = "needs registry routes and POST /registry/wind_down"]
+fn wind_down_reaches_the_application_once() {
+    let fleet = Fleet::start(&[]);
+    let app = Recorder::default();
+    let worker = fleet.worker(&app, |_| {});
+    let handle = worker.handle().clone();
+    let session = handle.session_id().unwrap();
+    fleet.place("/threads", "t1", &session, "100");
+    assert_eq!(forward(&handle, "/threads/t1", "100").status, 200);
+
+    let operator = token(ACCOUNT, &["pinboard:operator"], &["*"]);
+    let body = json!({ "namespace": "/threads", "id": "t1", "deadline": 60 }).to_string();
+    let queued = post_json(
+        fleet.node.addr,
+        "/registry/wind_down",
+        Some(&operator),
+        &body,
+    );
+    assert_eq!(
+        (queued.status, queued.json()),
+        (200, json!({ "queued": true }))
+    );
+    assert!(eventually(Duration::from_secs(5), || handle
+        .messages()
+        .len()
+        == 1));
+    let message = &handle.messages()[0];
+    assert_eq!(
+        (message.ns.as_str(), message.id.as_str()),
+        ("/threads", "t1")
+    );
+    let deadline = message.deadline.expect("a deadline");
+    assert!(deadline <= Duration::from_secs(60) && deadline > Duration::from_secs(50));
+
+    // Acked on the next heartbeat: several heartbeats later it came only once.
+    std::thread::sleep(Duration::from_millis(LEASE_MS * 2));
+    let wind_downs = app
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::WindDown(_)))
+        .count();
+    assert_eq!(wind_downs, 1);
+    assert_eq!(handle.messages().len(), 1);
+    worker.shutdown();
+}
+
+#[test]
+#[ignore = "needs registry routes, the data plane and GET /registry/stats"]
+fn requests_through_the_node_reach_the_instance() {
+    let fleet = Fleet::start(&[]);
+    let app = Recorder::default();
+    let worker = fleet.worker(&app, |_| {});
+    let handle = worker.handle().clone();
+    // Past the registry's cold-start quarantine, the first request places the instance here.
+    let mut first = get(fleet.node.addr, "/threads/t1/hello?x=1", None);
+    assert!(eventually(Duration::from_secs(10), || {
+        first = get(fleet.node.addr, "/threads/t1/hello?x=1", None);
+        first.status == 200
+    }));
+    let first = first.json();
+    assert_eq!(
+        (
+            first["ns"].clone(),
+            first["id"].clone(),
+            first["rest"].clone()
+        ),
+        (json!("/threads"), json!("t1"), json!("/hello"))
+    );
+    assert_eq!(first["session"], json!(handle.session_id()));
+    let second = get(fleet.node.addr, "/threads/t1/hello", None).json();
+    assert_eq!(second["epoch"], first["epoch"]);
+    assert_eq!(second["activated"], false);
+    assert_eq!(handle.held().len(), 1);
+
+    let operator = token(ACCOUNT, &["pinboard:operator"], &["*"]);
+    let stats = get(fleet.node.addr, "/registry/stats", Some(&operator)).json();
+    let stats = &stats["workers"][0]["stats"];
+    assert_eq!(stats["sessionId"], json!(handle.session_id()));
+    assert_eq!(stats["instances"], json!({ "/threads": ["t1"] }));
+    worker.shutdown();
+}

@@ -1,0 +1,42 @@
+//! Helpers for pinned's integration tests: the node's own harnesses (`/tests/support`: the
+//! redis-server, the raw HTTP client, the `pinboard` binary) plus what only worker tests need.
+//! Every test binary uses part of this, so unused items are expected here.
+#![allow(dead_code)]
+
+#[path = "../../../tests/support/http.rs"]
+pub mod http;
+#[path = "../../../tests/support/node.rs"]
+pub mod node;
+#[path = "../../../tests/support/redis.rs"]
+pub mod redis;
+
+use std::future::Future;
+
+pub use node::eventually;
+
+/// Runs `future` on a throwaway monoio event loop (for [`pinned::Handle`]'s async calls from a
+/// test thread).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()
+        .expect("an epoll event loop")
+        .block_on(future)
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An attestation as Pinboard signs it, minted with an independent JWT implementation.
+pub fn attestation(secret: &str, session: &str) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("pinboard+jwt".into());
+    let claims = serde_json::json!({ "aud": session, "iat": now(), "exp": now() + 30 });
+    let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
