@@ -3,15 +3,19 @@
 //! The tree follows the architecture: [`config`] (settings), [`runtime`] (thread-per-core
 //! event loops and the process lifecycle), [`http`] (HTTP/1.1), [`passport`] (credentials),
 //! [`redis`] (the per-core pipelined Redis client and Lua scripts), [`registry`] (the worker
-//! protocol), [`operator`] (health and fleet views), with [`node`] tying them into the
-//! request dispatch.
+//! protocol), [`placement`] (who owns an instance), [`proxy`] (forwarding to it),
+//! [`operator`] (health and fleet views), [`metrics`] (counters), with [`node`] tying them into
+//! the request dispatch.
 
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod metrics;
 pub mod node;
 pub mod operator;
 pub mod passport;
+pub mod placement;
+pub mod proxy;
 pub mod redis;
 pub mod registry;
 pub mod runtime;

@@ -8,19 +8,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use http::{Method, StatusCode, header};
+use http::{Method, StatusCode};
 
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::{Handler, Limits, Request, Response};
+use crate::metrics::CoreCounters;
 use crate::operator;
 use crate::passport::Passport;
+use crate::proxy::{self, Proxy};
 use crate::redis::{Keys, Redis, RedisOptions};
 use crate::registry;
 
 pub struct Shared {
     pub config: Config,
     pub passport: Passport,
+    /// One set of counters per core, each written only by its core.
+    pub counters: Vec<CoreCounters>,
     /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
     pub stopping: AtomicBool,
     pub started: Instant,
@@ -29,6 +33,9 @@ pub struct Shared {
 impl Shared {
     pub fn new(config: Config, passport: Passport) -> Shared {
         Shared {
+            counters: (0..config.cores())
+                .map(|_| CoreCounters::default())
+                .collect(),
             config,
             passport,
             stopping: AtomicBool::new(false),
@@ -52,20 +59,31 @@ impl Shared {
 
 pub struct Core {
     pub shared: Arc<Shared>,
+    /// This core's position among the node's cores.
+    pub index: usize,
     pub redis: Redis,
     pub keys: Keys,
+    pub proxy: Proxy,
 }
 
 impl Core {
     /// Must run inside the core's event loop: the Redis connection is driven by it.
-    pub fn new(shared: Arc<Shared>) -> Core {
-        let redis = Redis::connect(&shared.config.redis_url, RedisOptions::default());
-        let keys = Keys::new(shared.config.prefix.clone(), shared.config.shards);
+    pub fn new(shared: Arc<Shared>, index: usize) -> Core {
+        let config = &shared.config;
+        let redis = Redis::connect(&config.redis_url, RedisOptions::default());
+        let keys = Keys::new(config.prefix.clone(), config.shards);
+        let proxy = Proxy::new(config.forwards.max_inflight, config.cores());
         Core {
             shared,
+            index,
             redis,
             keys,
+            proxy,
         }
+    }
+
+    pub fn counters(&self) -> &CoreCounters {
+        &self.shared.counters[self.index]
     }
 }
 
@@ -84,15 +102,11 @@ impl Handler for Core {
         if path == "/registry" || path.starts_with("/registry/") {
             return registry::handle(self, req, &path).await;
         }
-        // The data plane: `/{ns}/{id}{rest}`. No namespace is served until workers register
-        // one; an upgrade that finds nothing is told `not found`.
-        let upgrade = req.header(header::UPGRADE).is_some();
-        let has_namespace = path.len() > 1 && path.starts_with('/');
-        Ok(if has_namespace && !upgrade {
-            Response::error(StatusCode::NOT_FOUND, "unknown namespace")
-        } else {
-            Response::error(StatusCode::NOT_FOUND, "not found")
-        })
+        // The data plane: `/{ns}/{id}{rest}`. A path that names no namespace is a route miss.
+        if path.len() > 1 && path.starts_with('/') {
+            return proxy::handle(self, req, &path).await;
+        }
+        Ok(Response::error(StatusCode::NOT_FOUND, "not found"))
     }
 }
 

@@ -132,7 +132,7 @@ fn keep_alive_and_connection_close() {
         );
     }
     // Pipelined: both answers come back, in order.
-    c.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /nope/x HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.read(false).status, 200);
     assert_eq!(c.read(false).status, 404);
     let head = c.request(b"HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n");

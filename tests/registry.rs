@@ -7,121 +7,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::fleet::Fixture;
 use support::http::{Reply, post_json};
-use support::node::{Node, token};
-use support::redis::RedisServer;
+use support::node::token;
 use support::worker::{Mode, TestWorker};
-
-struct Fixture {
-    redis: RedisServer,
-    node: Node,
-    token: String,
-}
-
-impl Fixture {
-    fn new(env: &[(&str, &str)]) -> Fixture {
-        let redis = RedisServer::start();
-        let mut env = env.to_vec();
-        env.push(("PINBOARD_SHARDS", "4"));
-        env.push(("PINBOARD_VERIFY_TIMEOUT_MS", "500"));
-        let node = Node::start(&redis.url(), &env);
-        let token = node.worker_token("acct-a");
-        Fixture { redis, node, token }
-    }
-
-    fn post(&self, route: &str, token: &str, body: &Value) -> Reply {
-        post_json(
-            self.node.addr,
-            &format!("/registry/{route}"),
-            Some(token),
-            &body.to_string(),
-        )
-    }
-
-    fn register_body(&self, worker: &TestWorker, client: &str, extra: Value) -> Value {
-        let (challenge, value) = worker.challenge();
-        let mut body = json!({
-            "clientId": client,
-            "secret": worker.secret(),
-            "namespaces": ["/threads", "/docs"],
-            "advertiseUrl": worker.url(),
-            "headroom": 10,
-            "draining": false,
-            "challenge": challenge,
-            "challengeValue": value,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
-        body
-    }
-
-    fn register(&self, worker: &TestWorker, client: &str, extra: Value) -> Reply {
-        let body = self.register_body(worker, client, extra);
-        self.post("register", &self.token, &body)
-    }
-
-    fn registered(&self, worker: &TestWorker, client: &str) -> String {
-        let r = self.register(worker, client, json!({}));
-        assert_eq!(r.status, 200, "{}\n{}", r.text(), self.node.log());
-        r.json()["sessionId"].as_str().unwrap().to_string()
-    }
-
-    fn heartbeat(&self, worker: &TestWorker, session: &str, extra: Value) -> Reply {
-        let (challenge, value) = worker.challenge();
-        let mut body = json!({
-            "sessionId": session, "headroom": 5, "draining": false,
-            "challenge": challenge, "challengeValue": value,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
-        self.post("heartbeat", &self.token, &body)
-    }
-
-    fn cli(&self, args: &[&str]) -> String {
-        self.redis.cli(args)
-    }
-
-    fn session_record(&self, session: &str) -> Option<Value> {
-        let raw = self.cli(&["HGET", "pinboard:{r}:sessions", session]);
-        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
-    }
-
-    fn bucket_record(&self, bucket: u32, session: &str) -> Option<Value> {
-        let raw = self.cli(&["HGET", &format!("pinboard:{{{bucket}}}:workers"), session]);
-        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
-    }
-
-    fn in_ns_list(&self, bucket: u32, ns: &str, session: &str) -> bool {
-        self.cli(&[
-            "SISMEMBER",
-            &format!("pinboard:{{{bucket}}}:nsw:{ns}"),
-            session,
-        ]) == "1"
-    }
-
-    /// Writes a placement row directly, as the resolve script will.
-    fn put_row(&self, ns: &str, id: &str, row: Value) {
-        let bucket = pinboard::redis::bucket_of(id, 4);
-        self.cli(&[
-            "HSET",
-            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
-            id,
-            &row.to_string(),
-        ]);
-    }
-
-    fn row(&self, ns: &str, id: &str) -> Option<Value> {
-        let bucket = pinboard::redis::bucket_of(id, 4);
-        let raw = self.cli(&[
-            "HGET",
-            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
-            id,
-        ]);
-        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
-    }
-}
 
 fn error_of(r: &Reply) -> (u16, String) {
     (
@@ -151,7 +40,10 @@ fn register_writes_the_session_everywhere() {
             .path
             .starts_with("/_pinned/challenge?challenge=c-")
     );
-    assert_eq!(probes[0].secret.as_deref(), Some("worker-secret-1"));
+    assert_eq!(
+        probes[0].header("pinboard-proxy-secret"),
+        Some("worker-secret-1")
+    );
 
     let record = f.session_record(session).unwrap();
     assert_eq!(record["clientId"], "client-1");

@@ -211,6 +211,14 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The number of event loops: `threads`, or one per available core when 0.
+    pub fn cores(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
     /// `file`: the TOML text of the config file and its path (for messages), if any. `env`: the
     /// process environment (`std::env::vars()` in production, a fixed list in tests).
     /// Environment variables win over the file, the file over the defaults.

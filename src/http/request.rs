@@ -47,6 +47,7 @@ pub struct Request<'c> {
     conn: &'c mut Conn,
     body: BodyState,
     expect_continue: bool,
+    keep_alive: bool,
     read_timeout: Duration,
 }
 
@@ -69,6 +70,7 @@ impl<'c> Request<'c> {
             Framing::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
         };
         Request {
+            keep_alive: wants_keep_alive(&head),
             head,
             peer,
             conn,
@@ -88,6 +90,32 @@ impl<'c> Request<'c> {
 
     pub fn header(&self, name: header::HeaderName) -> Option<&HeaderValue> {
         self.head.headers.get(name)
+    }
+
+    /// Bytes queued for the client: a handler that relays a response writes it here and
+    /// flushes, then answers [`super::Response::relayed`].
+    pub fn output(&mut self) -> &mut BytesMut {
+        &mut self.conn.out
+    }
+
+    /// Writes out what [`Request::output`] holds. False when the client is gone.
+    pub async fn flush(&mut self) -> bool {
+        self.conn.flush().await
+    }
+
+    /// Whether the client wants the connection kept after this exchange (HTTP/1.1 unless
+    /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`).
+    pub fn keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    pub fn version(&self) -> Version {
+        self.head.version
+    }
+
+    /// Whether the request has a body on the wire (declared length or chunked).
+    pub fn has_body(&self) -> bool {
+        !matches!(self.body, BodyState::Done)
     }
 
     /// The next piece of the body, `None` at its end.
@@ -205,10 +233,7 @@ impl<'c> Request<'c> {
 }
 
 /// Appends one read's worth of bytes to `buf`; `Ok(0)` at end of stream.
-pub(super) async fn read_into<R: AsyncReadRent>(
-    io: &mut R,
-    buf: &mut BytesMut,
-) -> std::io::Result<usize> {
+pub async fn read_into<R: AsyncReadRent>(io: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
     buf.reserve(READ_CHUNK);
     let (len, cap) = (buf.len(), buf.capacity());
     let owned = std::mem::take(buf);
@@ -229,4 +254,20 @@ impl Conn {
         self.out = out;
         result.is_ok()
     }
+}
+
+fn wants_keep_alive(head: &http::request::Parts) -> bool {
+    let mut keep = head.version != Version::HTTP_10;
+    for value in head.headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|b| *b == b',') {
+            let token = token.trim_ascii();
+            if token.eq_ignore_ascii_case(b"close") {
+                return false;
+            }
+            if token.eq_ignore_ascii_case(b"keep-alive") {
+                keep = true;
+            }
+        }
+    }
+    keep
 }

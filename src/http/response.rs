@@ -17,6 +17,8 @@ pub struct Response {
     /// Close the connection after this response (for example when the request body was left
     /// unread on the wire).
     pub close: bool,
+    /// The handler already wrote the whole answer to the client (a relayed worker response).
+    relayed: bool,
 }
 
 impl Response {
@@ -30,7 +32,21 @@ impl Response {
             headers,
             body,
             close: false,
+            relayed: false,
         }
+    }
+
+    /// Stands for an answer the handler wrote itself; `status` is what was relayed (for logs).
+    pub fn relayed(status: StatusCode, close: bool) -> Response {
+        Response {
+            close,
+            relayed: true,
+            ..Response::empty(status)
+        }
+    }
+
+    pub fn is_relayed(&self) -> bool {
+        self.relayed
     }
 
     pub fn empty(status: StatusCode) -> Response {

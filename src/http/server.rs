@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
-use http::{Method, StatusCode, Version, header};
+use http::{Method, StatusCode, Version};
 use monoio::io::stream::Stream;
 use monoio::io::{AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
@@ -107,9 +107,9 @@ pub async fn serve_connection<H: Handler>(
                 }
             };
         let version = head.version;
-        let keep_alive = wants_keep_alive(&head);
         let is_head = head.method == Method::HEAD;
         let mut req = Request::new(head, framing, peer, &mut conn, limits.header_timeout);
+        let keep_alive = req.keep_alive();
         let response = match AssertUnwindSafe(handler.handle(&mut req))
             .catch_unwind()
             .await
@@ -133,7 +133,9 @@ pub async fn serve_connection<H: Handler>(
             (false, Version::HTTP_10) => Persistence::KeepAlive,
             (false, _) => Persistence::Implicit,
         };
-        response.encode(is_head, persistence, &mut conn.out);
+        if !response.is_relayed() {
+            response.encode(is_head, persistence, &mut conn.out);
+        }
         // With more requests already pipelined, their answers go out in the same write.
         if (close || conn.reader.read_buffer().is_empty()) && !conn.flush().await {
             return;
@@ -175,20 +177,4 @@ async fn linger(conn: &mut Conn) {
         }
     };
     let _ = monoio::time::timeout(LINGER, drain).await;
-}
-
-fn wants_keep_alive(head: &http::request::Parts) -> bool {
-    let mut keep = head.version != Version::HTTP_10;
-    for value in head.headers.get_all(header::CONNECTION) {
-        for token in value.as_bytes().split(|b| *b == b',') {
-            let token = token.trim_ascii();
-            if token.eq_ignore_ascii_case(b"close") {
-                return false;
-            }
-            if token.eq_ignore_ascii_case(b"keep-alive") {
-                keep = true;
-            }
-        }
-    }
-    keep
 }

@@ -19,7 +19,8 @@ use bytes::Bytes;
 pub use client::{Redis, RedisOptions};
 pub use keys::{Keys, bucket_of};
 pub use script::{
-    BUCKET_WORKER, CONTROL_PUSH, HEARTBEAT, READY, REGISTER, RELEASE, SESSION_DROP, Script, TAG,
+    BUCKET_WORKER, CONTROL_PUSH, HEARTBEAT, OVERWRITTEN_CLEAR, READY, REGISTER, RELEASE, RESOLVE,
+    SESSION_DROP, Script, TAG,
 };
 pub use target::{Endpoint, RedisTarget};
 

@@ -52,6 +52,10 @@ pub static CONTROL_PUSH: LazyLock<Script> = script!("control_push");
 pub static BUCKET_WORKER: LazyLock<Script> = script!("bucket_worker");
 /// Compare-and-delete of placement rows in one bucket.
 pub static RELEASE: LazyLock<Script> = script!("release");
+/// Placement: the one live owner of (env, namespace, id), or why not.
+pub static RESOLVE: LazyLock<Script> = script!("resolve");
+/// Clears an overwritten marker at or below a served epoch.
+pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 /// Compare-and-set of a placement's owner tag.
 pub static TAG: LazyLock<Script> = script!("tag");
 

@@ -30,10 +30,7 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Runs the node until SIGTERM or SIGINT, then stops gracefully.
 pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
-    let threads = match shared.config.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    let threads = shared.config.cores();
     let listeners = bind(shared.config.listen, threads)?;
     let addr = listeners[0]
         .local_addr()
@@ -173,7 +170,7 @@ async fn core_main(
             shutdown.fire();
         }
     });
-    let core = Rc::new(Core::new(shared.clone()));
+    let core = Rc::new(Core::new(shared.clone(), index));
     let limits = Rc::new(shared.http_limits());
     let active = Rc::new(Cell::new(0usize));
     loop {

@@ -1,14 +1,17 @@
-//! Hand-made workers for registry tests: a real HTTP server on a loopback port that answers
-//! Pinboard's ownership probe the way a test tells it to — honestly, with another worker's
-//! value, slowly, with an error, or without a body — and records every probe it saw.
+//! Hand-made workers for registry and data-plane tests: a real HTTP/1.1 server on a loopback
+//! port (keep-alive included) that answers Pinboard's ownership probe the way a test tells it
+//! to — honestly, with another worker's value, slowly, with an error, or without a body — and
+//! answers instance requests by echoing what arrived, or by misbehaving on purpose. It records
+//! every request it saw.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How the worker answers the ownership probe.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Mode {
     /// Answers `{"value": V}` for challenges it issued, 404 for others, 403 without the secret.
@@ -23,17 +26,49 @@ pub enum Mode {
     Bodyless,
 }
 
+/// How the worker answers instance requests (`/{ns}/{id}...`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Serve {
+    /// 200 with a JSON echo of the request (and `Pinboard-Internal` / hop-by-hop headers the
+    /// proxy must strip).
+    Echo,
+    /// The same echo, chunked.
+    EchoChunked,
+    /// The same echo, delimited by closing the connection.
+    EchoUntilClose,
+    /// 503 + `Retry-After: 1` + `Pinned-Refusal: lease-unhealthy`.
+    Refuse,
+    /// Never answers (the connection stays open).
+    Hang,
+    /// Closes the connection without answering.
+    Drop,
+}
+
 #[derive(Clone, Debug)]
-pub struct Probe {
+pub struct Seen {
+    pub method: String,
     pub path: String,
-    pub secret: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Which connection (counted from 0) carried it.
+    pub conn: usize,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 struct State {
     secret: String,
     mode: Mode,
+    serve: Serve,
     values: HashMap<String, String>,
-    probes: Vec<Probe>,
+    seen: Vec<Seen>,
 }
 
 pub struct TestWorker {
@@ -49,19 +84,22 @@ impl TestWorker {
         let state = Arc::new(Mutex::new(State {
             secret: secret.into(),
             mode: Mode::Honest,
+            serve: Serve::Echo,
             values: HashMap::new(),
-            probes: Vec::new(),
+            seen: Vec::new(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (state.clone(), stop.clone());
+        let conns = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if st.load(Ordering::SeqCst) {
                     return;
                 }
                 if let Ok(conn) = conn {
-                    let s = s.clone();
-                    std::thread::spawn(move || serve(conn, &s));
+                    let (s, st) = (s.clone(), st.clone());
+                    let n = conns.fetch_add(1, Ordering::SeqCst);
+                    std::thread::spawn(move || serve(conn, n, &s, &st));
                 }
             }
         });
@@ -93,61 +131,175 @@ impl TestWorker {
         self.state.lock().unwrap().mode = mode;
     }
 
-    pub fn probes(&self) -> Vec<Probe> {
-        self.state.lock().unwrap().probes.clone()
+    pub fn set_serve(&self, serve: Serve) {
+        self.state.lock().unwrap().serve = serve;
     }
-}
 
-impl Drop for TestWorker {
-    fn drop(&mut self) {
+    /// Ownership probes seen.
+    pub fn probes(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.path.starts_with("/_pinned/"))
+            .collect()
+    }
+
+    /// Instance requests seen.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| !s.path.starts_with("/_pinned/"))
+            .collect()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.clone()
+    }
+
+    /// Stops accepting and answering; connections already open are closed on their next request.
+    pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(self.addr);
     }
 }
 
-fn serve(mut conn: TcpStream, state: &Mutex<State>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+impl Drop for TestWorker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Serves requests on one connection until the peer closes, an answer closes it, or the worker
+/// stops.
+fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+    let mut chunk = [0u8; 16384];
+    loop {
+        let head_end = loop {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
+                break i + 4;
+            }
+            match conn.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(k) => buf.extend_from_slice(&chunk[..k]),
+            }
+        };
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        if req.parse(&buf[..head_end]).is_err() {
+            return;
+        }
+        let method = req.method.unwrap_or("").to_string();
+        let path = req.path.unwrap_or("").to_string();
+        let headers: Vec<(String, String)> = req
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_ascii_lowercase(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        buf.drain(..head_end);
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let mut body = Vec::new();
+        if let Some(len) = get("content-length") {
+            let len: usize = len.parse().unwrap();
+            while buf.len() < len {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                }
+            }
+            body = buf.drain(..len).collect();
+        } else if get("transfer-encoding").is_some() {
+            loop {
+                let line = loop {
+                    if let Some(i) = find(&buf, b"\r\n") {
+                        break i;
+                    }
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                };
+                let size =
+                    usize::from_str_radix(std::str::from_utf8(&buf[..line]).unwrap(), 16).unwrap();
+                buf.drain(..line + 2);
+                while buf.len() < size + 2 {
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+                body.extend(buf.drain(..size));
+                buf.drain(..2);
+                if size == 0 {
+                    break;
+                }
+            }
+        }
+        let seen = Seen {
+            method,
+            path: path.clone(),
+            headers,
+            body,
+            conn: n,
+        };
+        let (mode, serve, secret, value) = {
+            let mut s = state.lock().unwrap();
+            s.seen.push(seen.clone());
+            let challenge = path
+                .split_once("challenge=")
+                .map(|(_, c)| c.to_string())
+                .unwrap_or_default();
+            (
+                s.mode,
+                s.serve,
+                s.secret.clone(),
+                s.values.get(&challenge).cloned(),
+            )
+        };
+        let keep = if path.starts_with("/_pinned/challenge") {
+            answer_probe(&mut conn, mode, &seen, &secret, value)
+        } else {
+            answer_instance(&mut conn, serve, &seen)
+        };
+        if !keep {
+            return;
         }
     }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut req = httparse::Request::new(&mut headers);
-    if req.parse(&buf).is_err() {
-        return;
-    }
-    let path = req.path.unwrap_or("").to_string();
-    let secret = req
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("pinboard-proxy-secret"))
-        .map(|h| String::from_utf8_lossy(h.value).into_owned());
-    let (mode, expected_secret, value) = {
-        let mut s = state.lock().unwrap();
-        s.probes.push(Probe {
-            path: path.clone(),
-            secret: secret.clone(),
-        });
-        let challenge = path
-            .split_once("challenge=")
-            .map(|(_, c)| c.to_string())
-            .unwrap_or_default();
-        (s.mode, s.secret.clone(), s.values.get(&challenge).cloned())
-    };
+}
+
+fn answer_probe(
+    conn: &mut TcpStream,
+    mode: Mode,
+    seen: &Seen,
+    secret: &str,
+    value: Option<String>,
+) -> bool {
     let (status, body) = match mode {
-        _ if !path.starts_with("/_pinned/challenge") => ("404 Not Found", String::new()),
-        Mode::Failing => ("500 Internal Server Error", "oops".into()),
+        Mode::Failing => ("500 Internal Server Error", "oops".to_string()),
         Mode::Bodyless => ("200 OK", String::new()),
         Mode::WrongValue => ("200 OK", r#"{"value":"someone-else"}"#.into()),
         Mode::Honest | Mode::Slow(_) => {
             if let Mode::Slow(d) = mode {
                 std::thread::sleep(d);
             }
-            if secret.as_deref() != Some(expected_secret.as_str()) {
+            if seen.header("pinboard-proxy-secret") != Some(secret) {
                 ("403 Forbidden", "invalid proxy secret".into())
             } else {
                 match value {
@@ -157,11 +309,83 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>) {
             }
         }
     };
-    let _ = conn.write_all(
-        format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    );
+    respond(
+        conn,
+        status,
+        &[("content-type", "application/json")],
+        Framing::Length,
+        body.as_bytes(),
+    )
+}
+
+fn answer_instance(conn: &mut TcpStream, serve: Serve, seen: &Seen) -> bool {
+    let echo = serde_json::json!({
+        "method": seen.method,
+        "path": seen.path,
+        "headers": seen.headers.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        "body": String::from_utf8_lossy(&seen.body),
+        "conn": seen.conn,
+    })
+    .to_string();
+    let extra = [
+        ("content-type", "application/json"),
+        ("pinboard-internal", "must not leak"),
+        ("keep-alive", "timeout=5"),
+    ];
+    match serve {
+        Serve::Echo => respond(conn, "200 OK", &extra, Framing::Length, echo.as_bytes()),
+        Serve::EchoChunked => respond(conn, "200 OK", &extra, Framing::Chunked, echo.as_bytes()),
+        Serve::EchoUntilClose => respond(conn, "200 OK", &extra, Framing::Close, echo.as_bytes()),
+        Serve::Refuse => respond(
+            conn,
+            "503 Service Unavailable",
+            &[("retry-after", "1"), ("pinned-refusal", "lease-unhealthy")],
+            Framing::Length,
+            b"refused",
+        ),
+        Serve::Hang => {
+            std::thread::sleep(Duration::from_secs(30));
+            false
+        }
+        Serve::Drop => false,
+    }
+}
+
+enum Framing {
+    Length,
+    Chunked,
+    Close,
+}
+
+/// Writes one answer; false when the connection must close after it.
+fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    headers: &[(&str, &str)],
+    framing: Framing,
+    body: &[u8],
+) -> bool {
+    let mut out = format!("HTTP/1.1 {status}\r\n");
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let mut bytes = match framing {
+        Framing::Length => format!("{out}content-length: {}\r\n\r\n", body.len()).into_bytes(),
+        Framing::Chunked => format!("{out}transfer-encoding: chunked\r\n\r\n").into_bytes(),
+        Framing::Close => format!("{out}connection: close\r\n\r\n").into_bytes(),
+    };
+    match framing {
+        Framing::Chunked => {
+            // Two chunks, so relaying has to handle more than one.
+            let (a, b) = body.split_at(body.len() / 2);
+            for part in [a, b] {
+                bytes.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                bytes.extend_from_slice(part);
+                bytes.extend_from_slice(b"\r\n");
+            }
+            bytes.extend_from_slice(b"0\r\n\r\n");
+        }
+        _ => bytes.extend_from_slice(body),
+    }
+    conn.write_all(&bytes).is_ok() && !matches!(framing, Framing::Close)
 }

@@ -1,0 +1,152 @@
+-- Placement: the one live owner of (env, namespace, id), decided atomically in the id's bucket.
+--
+-- KEYS[1]  bucket key prefix ("{prefix}{b}:")
+-- ARGV[1]  env            ARGV[2] namespace        ARGV[3] id
+-- ARGV[4]  hostname of the request ('' in single mode)
+-- ARGV[5]  lease TTL (ms)
+-- ARGV[6]  excluded sessionId ('' for none): a worker that just refused this activation
+-- ARGV[7]  preferred sessionId ('' for none): a caller-attested request's own session
+-- ARGV[8]  affinity key ('' for none)
+-- ARGV[9]  balance factor
+-- ARGV[10] JSON [sessionId, ...] this node has ejected as outliers
+-- ARGV[11] ARGV[12]  two random numbers in [0, 1) for the power-of-two choice
+-- ARGV[13] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
+--
+-- Returns a flat array so the hot path parses no JSON:
+--   {'forward', sessionId, epoch, advertiseUrl, secret, placed ('1' new | '0' existing),
+--    overwritten ('1' when the id is listed on the overwritten hash)}
+--   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
+--   {'takeover-pending', remaining ms} | {'takeover-denied'}
+local K = KEYS[1]
+local env, ns, id, hostname = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lease = tonumber(ARGV[5])
+local excluded, preferred, affinity = ARGV[6], ARGV[7], ARGV[8]
+local balance = tonumber(ARGV[9])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local placements = K .. env .. ':' .. ns .. ':placements'
+local workers = K .. 'workers'
+
+-- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
+local raw = redis.call('HGET', placements, id)
+local old
+if raw then
+  old = cjson.decode(raw)
+  local owner = redis.call('HGET', workers, old.sessionId)
+  if owner then
+    owner = cjson.decode(owner)
+    local fenced = old.expiry and old.expiry <= now
+    if owner.expiry > now and not fenced then
+      if hostname ~= '' and owner.hostname ~= hostname then
+        if ARGV[13] == 'deny' then
+          return {'takeover-denied'}
+        end
+        if not old.expiry then
+          old.expiry = now + lease
+          redis.call('HSET', placements, id, cjson.encode(old))
+        end
+        return {'takeover-pending', tostring(old.expiry - now)}
+      end
+      return {'forward', old.sessionId, old.epoch or '', owner.advertiseUrl, owner.secret, '0',
+        tostring(redis.call('HEXISTS', K .. env .. ':' .. ns .. ':overwritten', id))}
+    end
+  end
+end
+
+-- 2. The namespace must have (had) workers here.
+local list = K .. 'nsw:' .. hostname .. ns
+if redis.call('EXISTS', list) == 0 then
+  return {'unknown-ns'}
+end
+
+-- 3. Cold start: a bucket first seen now waits one lease for workers to re-register, so a
+-- restarted registry does not re-place ids their old owners still hold.
+redis.call('SET', K .. 'boot_time', now, 'NX')
+local boot = tonumber(redis.call('GET', K .. 'boot_time'))
+if boot + lease > now then
+  return {'quarantine', tostring(boot + lease - now)}
+end
+
+-- 4. Candidates: live, not draining, not degraded, not excluded, with enough lease left.
+local margin = math.min(5000, lease / 3)
+local ejected = {}
+for _, s in ipairs(cjson.decode(ARGV[10])) do
+  ejected[s] = true
+end
+local healthy, outliers = {}, {}
+for _, sid in ipairs(redis.call('SMEMBERS', list)) do
+  if sid ~= excluded then
+    local rec = redis.call('HGET', workers, sid)
+    if rec then
+      rec = cjson.decode(rec)
+      if rec.expiry - now >= margin and not rec.draining and not rec.degraded then
+        rec.sid = sid
+        if ejected[sid] then
+          outliers[#outliers + 1] = rec
+        else
+          healthy[#healthy + 1] = rec
+        end
+      end
+    end
+  end
+end
+local candidates = healthy
+if #candidates == 0 then
+  candidates = outliers
+end
+if #candidates == 0 then
+  return {'no-backends'}
+end
+table.sort(candidates, function(a, b) return a.sid < b.sid end)
+
+-- 5. Affinity, honoured while the preferred worker's headroom >= mean / balance factor.
+local total = 0
+for _, c in ipairs(candidates) do
+  total = total + c.headroom
+end
+local floor = (total / #candidates) / balance
+local chosen
+if preferred ~= '' then
+  for _, c in ipairs(candidates) do
+    if c.sid == preferred and c.headroom >= floor then
+      chosen = c
+    end
+  end
+elseif affinity ~= '' then
+  local best, best_score
+  for _, c in ipairs(candidates) do
+    local score = redis.sha1hex(affinity .. '\0' .. c.sid)
+    if not best_score or score > best_score then
+      best, best_score = c, score
+    end
+  end
+  if best.headroom >= floor then
+    chosen = best
+  end
+end
+
+-- 6. Otherwise power of two: two random candidates, the higher headroom wins.
+if not chosen then
+  local a = candidates[math.floor(tonumber(ARGV[11]) * #candidates) + 1]
+  local b = candidates[math.floor(tonumber(ARGV[12]) * #candidates) + 1]
+  chosen = (b.headroom > a.headroom) and b or a
+end
+
+-- 7. Mint the epoch, list the overwritten row, take one unit of headroom, write the row.
+local last = tonumber(redis.call('GET', K .. 'epoch') or '0')
+local previous = (old and old.epoch) and tonumber(old.epoch) or 0
+local epoch = math.max(now, previous + 1, last + 1)
+redis.call('SET', K .. 'epoch', string.format('%d', epoch))
+if old then
+  redis.call('HSET', K .. env .. ':' .. ns .. ':overwritten', id, old.epoch or '')
+end
+local rec = cjson.decode(redis.call('HGET', workers, chosen.sid))
+rec.headroom = rec.headroom - 1
+redis.call('HSET', workers, chosen.sid, cjson.encode(rec))
+local row = {sessionId = chosen.sid, epoch = string.format('%d', epoch)}
+if hostname ~= '' then
+  row.hostname = hostname
+end
+redis.call('HSET', placements, id, cjson.encode(row))
+return {'forward', chosen.sid, row.epoch, chosen.advertiseUrl, chosen.secret, '1', old and '1' or '0'}

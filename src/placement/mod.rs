@@ -1,0 +1,204 @@
+//! Placement: asking Redis for the one live owner of `(env, namespace, id)` and turning every
+//! other outcome into the spec's refusal.
+//!
+//! The decision itself is `lua/resolve.lua`, run by EVALSHA in the id's bucket, so two nodes
+//! resolving the same new id at once cannot both place it.
+
+use std::time::Duration;
+
+use http::{HeaderValue, StatusCode};
+
+use crate::error::{Error, Origin};
+use crate::http::Response;
+use crate::node::Core;
+use crate::redis::{OVERWRITTEN_CLEAR, RESOLVE, Reply, bucket_of};
+
+/// Where a request goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub session_id: String,
+    pub epoch: String,
+    pub advertise_url: String,
+    pub secret: String,
+    /// Minted by this resolve (as opposed to an existing row).
+    pub placed: bool,
+    /// The id is on the overwritten list: a 2xx from the new owner clears the marker.
+    pub overwritten: bool,
+}
+
+/// What a resolve decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Forward(Placement),
+    UnknownNs,
+    NoBackends,
+    Quarantine(Duration),
+    TakeoverPending(Duration),
+    TakeoverDenied,
+}
+
+impl Outcome {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Forward(_) => "forward",
+            Outcome::UnknownNs => "unknown-ns",
+            Outcome::NoBackends => "no-backends",
+            Outcome::Quarantine(_) => "quarantine",
+            Outcome::TakeoverPending(_) => "takeover-pending",
+            Outcome::TakeoverDenied => "takeover-denied",
+        }
+    }
+
+    /// The answer for any outcome but `Forward`.
+    pub fn refusal(&self) -> Response {
+        match self {
+            Outcome::Forward(_) => unreachable!("a forward is not a refusal"),
+            Outcome::UnknownNs => Response::error(StatusCode::NOT_FOUND, "unknown namespace"),
+            Outcome::NoBackends => unavailable("no live backends for namespace", Duration::ZERO),
+            Outcome::Quarantine(left) => unavailable("registry cold start, retry", *left),
+            Outcome::TakeoverPending(left) => unavailable("takeover in progress, retry", *left),
+            Outcome::TakeoverDenied => {
+                unavailable("placement held by another hostname", Duration::ZERO)
+            }
+        }
+    }
+}
+
+/// 503 `{"error": message}` with `Retry-After: max(1, ceil(remaining / 1000))`.
+pub fn unavailable(message: &str, remaining: Duration) -> Response {
+    let secs = remaining.as_millis().div_ceil(1000).max(1);
+    Response::error(StatusCode::SERVICE_UNAVAILABLE, message).header(
+        http::header::RETRY_AFTER,
+        HeaderValue::from_str(&secs.to_string()).expect("digits"),
+    )
+}
+
+/// What a resolve is asked about.
+pub struct Request<'a> {
+    pub env: &'a str,
+    pub ns: &'a str,
+    pub id: &'a str,
+    /// The request's hostname in hostname-aware mode, `""` in single mode.
+    pub hostname: &'a str,
+    pub exclude: Option<&'a str>,
+    pub prefer: Option<&'a str>,
+    pub affinity: Option<&'a str>,
+    pub takeover: &'a str,
+}
+
+pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
+    let config = &core.shared.config;
+    let bucket = bucket_of(req.id, config.shards);
+    let lease = config.lease_ttl_ms.to_string();
+    let balance = config.balance_factor.to_string();
+    let (r1, r2): (f64, f64) = (rand::random(), rand::random());
+    let (r1, r2) = (r1.to_string(), r2.to_string());
+    let ejected = core.proxy.ejected_json();
+    let reply = core
+        .redis
+        .evalsha(
+            &RESOLVE,
+            &[core.keys.bucket(bucket).as_bytes()],
+            &[
+                req.env.as_bytes(),
+                req.ns.as_bytes(),
+                req.id.as_bytes(),
+                req.hostname.as_bytes(),
+                lease.as_bytes(),
+                req.exclude.unwrap_or("").as_bytes(),
+                req.prefer.unwrap_or("").as_bytes(),
+                req.affinity.unwrap_or("").as_bytes(),
+                balance.as_bytes(),
+                ejected.as_bytes(),
+                r1.as_bytes(),
+                r2.as_bytes(),
+                req.takeover.as_bytes(),
+            ],
+        )
+        .await?;
+    let outcome = parse(&reply)
+        .ok_or_else(|| Error::new(Origin::Internal, format!("resolve answered {reply:?}")))?;
+    core.counters().count(outcome.name());
+    Ok(outcome)
+}
+
+fn parse(reply: &Reply) -> Option<Outcome> {
+    let items = reply.as_array()?;
+    let text = |i: usize| items.get(i).and_then(Reply::as_str);
+    let millis = |i: usize| Some(Duration::from_millis(text(i)?.parse().ok()?));
+    Some(match text(0)? {
+        "forward" => Outcome::Forward(Placement {
+            session_id: text(1)?.to_owned(),
+            epoch: text(2)?.to_owned(),
+            advertise_url: text(3)?.to_owned(),
+            secret: text(4)?.to_owned(),
+            placed: text(5)? == "1",
+            overwritten: text(6)? == "1",
+        }),
+        "unknown-ns" => Outcome::UnknownNs,
+        "no-backends" => Outcome::NoBackends,
+        "quarantine" => Outcome::Quarantine(millis(1)?),
+        "takeover-pending" => Outcome::TakeoverPending(millis(1)?),
+        "takeover-denied" => Outcome::TakeoverDenied,
+        _ => return None,
+    })
+}
+
+/// After a 2xx from the owner at `epoch`: the overwritten marker, if at or below it, goes.
+pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> Result<(), Error> {
+    let bucket = bucket_of(req.id, core.shared.config.shards);
+    core.redis
+        .evalsha(
+            &OVERWRITTEN_CLEAR,
+            &[core.keys.bucket(bucket).as_bytes()],
+            &[
+                req.env.as_bytes(),
+                req.ns.as_bytes(),
+                req.id.as_bytes(),
+                epoch.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Frees a placement this node just made whose forward never reached the worker, so the
+/// client's retry places the id afresh (compare-and-delete on session and epoch).
+pub async fn release(core: &Core, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {
+    let bucket = bucket_of(req.id, core.shared.config.shards);
+    core.redis
+        .evalsha(
+            &crate::redis::RELEASE,
+            &[core.keys.bucket(bucket).as_bytes()],
+            &[
+                req.env.as_bytes(),
+                req.ns.as_bytes(),
+                req.id.as_bytes(),
+                placement.session_id.as_bytes(),
+                placement.epoch.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_follow_the_table() {
+        let r = Outcome::Quarantine(Duration::from_millis(2001)).refusal();
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(&r.body[..], br#"{"error":"registry cold start, retry"}"#);
+        assert_eq!(r.headers.last().unwrap().1, "3");
+        let r = Outcome::NoBackends.refusal();
+        assert_eq!(r.headers.last().unwrap().1, "1");
+        let r = Outcome::TakeoverPending(Duration::from_millis(10)).refusal();
+        assert_eq!(r.headers.last().unwrap().1, "1");
+        assert_eq!(
+            &Outcome::UnknownNs.refusal().body[..],
+            br#"{"error":"unknown namespace"}"#
+        );
+    }
+}

@@ -1,0 +1,365 @@
+//! One forward: the request to the worker (head rewritten, body streamed), the worker's answer
+//! relayed to the client (head rewritten, body streamed), the connection pooled when it can be.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, StatusCode, Version, header};
+use monoio::io::AsyncWriteRentExt;
+use monoio_codec::{Decoded, Decoder};
+use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
+
+use super::headers::{self, BodyFraming, Forwarded};
+use super::pool::{Upstream, connect};
+use crate::http::{ChunkedDecoder, Persistence, Piece, Request, WorkerAddr, read_into};
+
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// How a forward ended.
+pub enum Outcome {
+    /// The worker's answer went to the client.
+    Relayed { status: StatusCode, close: bool },
+    /// The worker refused a new activation (`503` + `Pinned-Refusal: lease-unhealthy`);
+    /// nothing was relayed.
+    Refused,
+    /// No connection could be made: the request never reached the worker.
+    Unreachable,
+    /// The worker failed or closed before a complete answer head.
+    Failed,
+    /// No answer head within the forward timeout.
+    TimedOut,
+    /// The client went away before or while the request was sent.
+    ClientGone,
+}
+
+pub struct Exchange<'a> {
+    pub addr: &'a WorkerAddr,
+    pub path_and_query: &'a str,
+    pub forwarded: Forwarded<'a>,
+    pub timeout: Duration,
+}
+
+/// Sends the request on `conn` (or a fresh connection) and relays the answer. Returns the
+/// connection when it may carry another request.
+pub async fn exchange(
+    req: &mut Request<'_>,
+    exchange: &Exchange<'_>,
+    conn: Option<Upstream>,
+) -> (Outcome, Option<Upstream>) {
+    let framing = match (
+        req.has_body(),
+        req.header(header::TRANSFER_ENCODING).is_some(),
+    ) {
+        (false, _) => BodyFraming::None,
+        (true, true) => BodyFraming::Chunked,
+        (true, false) => BodyFraming::Length(
+            req.header(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0),
+        ),
+    };
+    let mut head = BytesMut::with_capacity(1024);
+    headers::request_head(
+        req.method(),
+        &exchange.addr.base,
+        exchange.path_and_query,
+        &req.head.headers,
+        &exchange.forwarded,
+        framing,
+        &mut head,
+    );
+
+    // A request without a body can be sent again: a pooled connection the worker closed
+    // meanwhile gets one retry on a fresh connection.
+    let replayable = framing == BodyFraming::None;
+    let mut conn = conn;
+    for attempt in 0..2 {
+        let mut upstream = match conn.take() {
+            Some(c) => c,
+            None => match connect(exchange.addr, exchange.timeout).await {
+                Ok(c) => c,
+                Err(_) => return (Outcome::Unreachable, None),
+            },
+        };
+        let reused = upstream.reused;
+        let (sent, head_back) = upstream.stream.write_all(head).await;
+        head = head_back;
+        if sent.is_err() {
+            if reused && replayable && attempt == 0 {
+                continue;
+            }
+            return (Outcome::Failed, None);
+        }
+        if framing != BodyFraming::None {
+            match send_body(req, &mut upstream, framing).await {
+                Ok(()) => {}
+                Err(SendError::Client) => return (Outcome::ClientGone, None),
+                Err(SendError::Upstream) => return (Outcome::Failed, None),
+            }
+        }
+        match read_head(&mut upstream, exchange.timeout).await {
+            Ok(response) => return relay(req, upstream, response, exchange.timeout).await,
+            Err(HeadFailure::TimedOut) => return (Outcome::TimedOut, None),
+            Err(HeadFailure::Closed) if reused && replayable && attempt == 0 => continue,
+            Err(_) => return (Outcome::Failed, None),
+        }
+    }
+    (Outcome::Failed, None)
+}
+
+enum SendError {
+    Client,
+    Upstream,
+}
+
+async fn send_body(
+    req: &mut Request<'_>,
+    upstream: &mut Upstream,
+    framing: BodyFraming,
+) -> Result<(), SendError> {
+    loop {
+        let chunk = req.chunk().await.map_err(|_| SendError::Client)?;
+        let Some(chunk) = chunk else {
+            if framing == BodyFraming::Chunked {
+                let (r, _) = upstream.stream.write_all(&b"0\r\n\r\n"[..]).await;
+                r.map_err(|_| SendError::Upstream)?;
+            }
+            return Ok(());
+        };
+        if framing == BodyFraming::Chunked {
+            let size = format!("{:x}\r\n", chunk.len());
+            let (r, _) = upstream.stream.write_all(size.into_bytes()).await;
+            r.map_err(|_| SendError::Upstream)?;
+        }
+        let (r, _) = upstream.stream.write_all(chunk).await;
+        r.map_err(|_| SendError::Upstream)?;
+        if framing == BodyFraming::Chunked {
+            let (r, _) = upstream.stream.write_all(&b"\r\n"[..]).await;
+            r.map_err(|_| SendError::Upstream)?;
+        }
+    }
+}
+
+enum HeadFailure {
+    TimedOut,
+    /// Closed or reset before any byte of an answer.
+    Closed,
+    Malformed,
+}
+
+async fn read_head(
+    upstream: &mut Upstream,
+    timeout: Duration,
+) -> Result<http::response::Parts, HeadFailure> {
+    let reading = async {
+        loop {
+            match ResponseHeadDecoder.decode(&mut upstream.buf) {
+                // An interim answer (100 Continue, 103) is not relayed: we sent no Expect.
+                Ok(Decoded::Some(head))
+                    if head.status.is_informational()
+                        && head.status != StatusCode::SWITCHING_PROTOCOLS => {}
+                Ok(Decoded::Some(head)) => return Ok(head),
+                Ok(_) if upstream.buf.len() > MAX_RESPONSE_HEAD => {
+                    return Err(HeadFailure::Malformed);
+                }
+                Ok(_) => {}
+                Err(_) => return Err(HeadFailure::Malformed),
+            }
+            let had = upstream.buf.len();
+            match read_into(&mut upstream.stream, &mut upstream.buf).await {
+                Ok(0) | Err(_) if had == 0 => return Err(HeadFailure::Closed),
+                Ok(0) | Err(_) => return Err(HeadFailure::Malformed),
+                Ok(_) => {}
+            }
+        }
+    };
+    monoio::time::timeout(timeout, reading)
+        .await
+        .unwrap_or(Err(HeadFailure::TimedOut))
+}
+
+/// The worker's body framing, from its answer head.
+fn upstream_framing(method: &Method, head: &http::response::Parts) -> BodyFraming {
+    let status = head.status;
+    if method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return BodyFraming::None;
+    }
+    if head.headers.contains_key(header::TRANSFER_ENCODING) {
+        return BodyFraming::Chunked;
+    }
+    match head
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+    {
+        Some(n) => BodyFraming::Length(n),
+        None => BodyFraming::Close,
+    }
+}
+
+fn is_refusal(head: &http::response::Parts) -> bool {
+    head.status == StatusCode::SERVICE_UNAVAILABLE
+        && head
+            .headers
+            .get("pinned-refusal")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"lease-unhealthy"))
+}
+
+async fn relay(
+    req: &mut Request<'_>,
+    mut upstream: Upstream,
+    head: http::response::Parts,
+    timeout: Duration,
+) -> (Outcome, Option<Upstream>) {
+    if is_refusal(&head) {
+        return (Outcome::Refused, None);
+    }
+    let from = upstream_framing(req.method(), &head);
+    let is_head = *req.method() == Method::HEAD;
+    let old_client = req.version() == Version::HTTP_10;
+    // A close-delimited answer is re-framed as chunked for an HTTP/1.1 client, so the client
+    // connection survives the worker's close.
+    let to = match from {
+        BodyFraming::Close if old_client => BodyFraming::Close,
+        BodyFraming::Close => BodyFraming::Chunked,
+        BodyFraming::Chunked if old_client => BodyFraming::Close,
+        other => other,
+    };
+    let announced = match (is_head, from) {
+        // HEAD: the worker's length is announced as it gave it.
+        (true, _) => head
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .map_or(BodyFraming::None, BodyFraming::Length),
+        _ => to,
+    };
+    let close = !req.keep_alive() || to == BodyFraming::Close;
+    let persistence = match (close, old_client) {
+        (true, _) => Persistence::Close,
+        (false, true) => Persistence::KeepAlive,
+        (false, false) => Persistence::Implicit,
+    };
+    headers::response_head(
+        head.status,
+        &head.headers,
+        announced,
+        persistence,
+        req.output(),
+    );
+    let status = head.status;
+    let upstream_keeps = head.version == Version::HTTP_11
+        && !head.headers.get_all(header::CONNECTION).iter().any(|v| {
+            v.as_bytes()
+                .windows(5)
+                .any(|w| w.eq_ignore_ascii_case(b"close"))
+        });
+
+    let copied = copy_body(req, &mut upstream, from, to, timeout).await;
+    let flushed = req.flush().await;
+    match copied {
+        Ok(()) if flushed => {
+            let reusable = upstream_keeps && from != BodyFraming::Close;
+            (
+                Outcome::Relayed { status, close },
+                reusable.then_some(upstream),
+            )
+        }
+        // The answer was cut short: the client must not take it as complete.
+        _ => (
+            Outcome::Relayed {
+                status,
+                close: true,
+            },
+            None,
+        ),
+    }
+}
+
+/// Streams the worker's body to the client, re-framed from `from` to `to`.
+async fn copy_body(
+    req: &mut Request<'_>,
+    upstream: &mut Upstream,
+    from: BodyFraming,
+    to: BodyFraming,
+    timeout: Duration,
+) -> Result<(), ()> {
+    let mut remaining = match from {
+        BodyFraming::None => return Ok(()),
+        BodyFraming::Length(n) => n,
+        _ => u64::MAX,
+    };
+    let mut chunked = ChunkedDecoder::default();
+    loop {
+        if matches!(from, BodyFraming::Length(_)) && remaining == 0 {
+            return Ok(());
+        }
+        // Hand over what is buffered before reading more.
+        let piece = match from {
+            BodyFraming::Chunked => match chunked.decode(&mut upstream.buf) {
+                Err(_) => return Err(()),
+                Ok(Some(Piece::End)) => {
+                    end_body(req, to);
+                    return Ok(());
+                }
+                Ok(Some(Piece::Data(data))) => Some(data),
+                Ok(None) => None,
+            },
+            _ if upstream.buf.is_empty() => None,
+            _ => {
+                let n = remaining.min(upstream.buf.len() as u64) as usize;
+                remaining -= n as u64;
+                Some(upstream.buf.split_to(n).freeze())
+            }
+        };
+        if let Some(data) = piece {
+            write_piece(req.output(), to, &data);
+            if !req.flush().await {
+                return Err(());
+            }
+            continue;
+        }
+        let read = read_into(&mut upstream.stream, &mut upstream.buf);
+        match monoio::time::timeout(timeout, read).await {
+            Ok(Ok(0)) | Ok(Err(_)) if from == BodyFraming::Close => {
+                end_body(req, to);
+                return Ok(());
+            }
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(()),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+fn write_piece(out: &mut BytesMut, to: BodyFraming, data: &Bytes) {
+    if data.is_empty() {
+        return;
+    }
+    if to == BodyFraming::Chunked {
+        use std::fmt::Write;
+        let _ = write!(BytesMutFmt(out), "{:x}\r\n", data.len());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(data);
+    }
+}
+
+fn end_body(req: &mut Request<'_>, to: BodyFraming) {
+    if to == BodyFraming::Chunked {
+        req.output().extend_from_slice(b"0\r\n\r\n");
+    }
+}
+
+struct BytesMutFmt<'a>(&'a mut BytesMut);
+
+impl std::fmt::Write for BytesMutFmt<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}

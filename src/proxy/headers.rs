@@ -1,0 +1,225 @@
+//! Header rewriting at both edges of a forward, written straight into the connection's output
+//! buffer (no intermediate header map, nothing allocated per request):
+//!
+//! - towards the worker: every inbound `Pinboard-*` header stripped, hop-by-hop headers (and
+//!   every header `Connection` names) dropped, `X-Forwarded-For` replaced by the observed peer,
+//!   `Pinboard-Epoch` and `Pinboard-Attestation` added, framing restated;
+//! - towards the client: `Pinboard-*` and hop-by-hop headers dropped, `X-Accel-Buffering: no`
+//!   added, framing restated.
+
+use std::io::Write;
+use std::net::IpAddr;
+
+use bytes::{BufMut, BytesMut};
+use http::{HeaderMap, HeaderName, Method, StatusCode, header};
+
+/// How a message body is delimited on the wire we write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (only towards an HTTP/1.0 client).
+    Close,
+}
+
+impl BodyFraming {
+    fn encode(self, dst: &mut BytesMut) {
+        match self {
+            BodyFraming::Length(n) => {
+                let _ = write!(dst.writer(), "content-length: {n}\r\n");
+            }
+            BodyFraming::Chunked => dst.put_slice(b"transfer-encoding: chunked\r\n"),
+            BodyFraming::None | BodyFraming::Close => {}
+        }
+    }
+}
+
+/// RFC 9110 §7.6.1's hop-by-hop headers, plus `Expect` (we answer `100 Continue` ourselves)
+/// and the framing headers, which are restated for each hop.
+fn hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == "keep-alive"
+        || name == header::PROXY_AUTHENTICATE
+        || name == header::PROXY_AUTHORIZATION
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::CONTENT_LENGTH
+        || name == header::EXPECT
+}
+
+fn is_pinboard(name: &HeaderName) -> bool {
+    name.as_str().starts_with("pinboard-")
+}
+
+/// Whether `Connection` lists `name` (those headers are hop-by-hop too).
+fn named_by_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes().split(|b| *b == b',').any(|token| {
+            token
+                .trim_ascii()
+                .eq_ignore_ascii_case(name.as_str().as_bytes())
+        })
+    })
+}
+
+fn copy_end_to_end(headers: &HeaderMap, skip: impl Fn(&HeaderName) -> bool, dst: &mut BytesMut) {
+    let connection_lists = headers.contains_key(header::CONNECTION);
+    for (name, value) in headers {
+        if hop_by_hop(name)
+            || is_pinboard(name)
+            || skip(name)
+            || (connection_lists && named_by_connection(headers, name))
+        {
+            continue;
+        }
+        dst.put_slice(name.as_str().as_bytes());
+        dst.put_slice(b": ");
+        dst.put_slice(value.as_bytes());
+        dst.put_slice(b"\r\n");
+    }
+}
+
+/// What identifies a forward to its worker.
+pub struct Forwarded<'a> {
+    pub peer: IpAddr,
+    pub epoch: &'a str,
+    pub attestation: &'a [u8],
+    /// `Some(protocol)` for an upgrade (`Upgrade` and `Connection: upgrade` are kept).
+    pub upgrade: Option<&'a [u8]>,
+}
+
+/// Writes the request head sent to the worker.
+pub fn request_head(
+    method: &Method,
+    base: &str,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    forwarded: &Forwarded<'_>,
+    framing: BodyFraming,
+    dst: &mut BytesMut,
+) {
+    dst.put_slice(method.as_str().as_bytes());
+    dst.put_u8(b' ');
+    dst.put_slice(base.as_bytes());
+    dst.put_slice(path_and_query.as_bytes());
+    dst.put_slice(b" HTTP/1.1\r\n");
+    copy_end_to_end(headers, |name| name == "x-forwarded-for", dst);
+    let _ = write!(dst.writer(), "x-forwarded-for: {}\r\n", forwarded.peer);
+    dst.put_slice(b"pinboard-epoch: ");
+    dst.put_slice(forwarded.epoch.as_bytes());
+    dst.put_slice(b"\r\npinboard-attestation: ");
+    dst.put_slice(forwarded.attestation);
+    dst.put_slice(b"\r\n");
+    if let Some(protocol) = forwarded.upgrade {
+        dst.put_slice(b"connection: upgrade\r\nupgrade: ");
+        dst.put_slice(protocol);
+        dst.put_slice(b"\r\n");
+    }
+    framing.encode(dst);
+    dst.put_slice(b"\r\n");
+}
+
+/// Writes the response head relayed to the client.
+pub fn response_head(
+    status: StatusCode,
+    headers: &HeaderMap,
+    framing: BodyFraming,
+    connection: crate::http::Persistence,
+    dst: &mut BytesMut,
+) {
+    crate::http::encode_status_line(status, dst);
+    copy_end_to_end(headers, |_| false, dst);
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(upgrade) = headers.get(header::UPGRADE) {
+            dst.put_slice(b"connection: upgrade\r\nupgrade: ");
+            dst.put_slice(upgrade.as_bytes());
+            dst.put_slice(b"\r\n");
+        }
+    } else {
+        connection.encode(dst);
+    }
+    dst.put_slice(b"x-accel-buffering: no\r\n");
+    framing.encode(dst);
+    dst.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn request_head_strips_and_adds() {
+        let inbound = headers(&[
+            ("host", "edge.example"),
+            ("pinboard-epoch", "999"),
+            ("pinboard-attestation", "forged"),
+            ("x-forwarded-for", "1.2.3.4"),
+            ("connection", "keep-alive, x-secret-hop"),
+            ("x-secret-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("content-length", "5"),
+            ("accept", "a/b"),
+        ]);
+        let mut out = BytesMut::new();
+        let forwarded = Forwarded {
+            peer: "127.0.0.9".parse().unwrap(),
+            epoch: "42",
+            attestation: b"tok",
+            upgrade: None,
+        };
+        request_head(
+            &Method::POST,
+            "/base",
+            "/t/x?q=1",
+            &inbound,
+            &forwarded,
+            BodyFraming::Length(5),
+            &mut out,
+        );
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\naccept: a/b\r\n\
+             x-forwarded-for: 127.0.0.9\r\npinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
+             content-length: 5\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn response_head_strips_and_adds() {
+        let upstream = headers(&[
+            ("content-type", "text/plain"),
+            ("pinboard-internal", "x"),
+            ("pinned-refusal", "kept: not ours to judge here"),
+            ("transfer-encoding", "chunked"),
+            ("connection", "close"),
+        ]);
+        let mut out = BytesMut::new();
+        response_head(
+            StatusCode::OK,
+            &upstream,
+            BodyFraming::Chunked,
+            crate::http::Persistence::Implicit,
+            &mut out,
+        );
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\npinned-refusal: kept: not ours to judge here\r\n\
+             x-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+    }
+}

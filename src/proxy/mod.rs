@@ -1,0 +1,300 @@
+//! The data plane: a request for `{base_path}/{ns}/{id}{rest}` placed on its owner (see
+//! [`crate::placement`]) and forwarded over this core's keep-alive connections, signed with an
+//! attestation and fenced by the placement epoch; in-band refusals re-placed once.
+
+mod attestation;
+mod forward;
+mod headers;
+mod pool;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ahash::AHashMap;
+use bytes::Bytes;
+use http::{StatusCode, header};
+
+pub use attestation::{Extra, Signer};
+pub use headers::{BodyFraming, Forwarded, request_head, response_head};
+
+use crate::error::Error;
+use crate::http::{Request, Response, WorkerAddr};
+use crate::node::Core;
+use crate::placement::{self, Outcome, Placement, unavailable};
+use crate::registry::{SINGLE_ENV, valid_id};
+
+/// How long a worker that could not be reached stays ejected from new placements (used only
+/// when no other candidate remains).
+const EJECTION: Duration = Duration::from_secs(10);
+
+/// A worker as this core reaches it: its parsed address and its secret's keyed HMAC state.
+struct Worker {
+    url: String,
+    secret: String,
+    addr: WorkerAddr,
+    signer: Signer,
+}
+
+/// This core's upstream state. Only this core touches it.
+pub struct Proxy {
+    pool: pool::Pool,
+    workers: RefCell<AHashMap<String, Rc<Worker>>>,
+    inflight: RefCell<AHashMap<String, u32>>,
+    ejected: RefCell<AHashMap<String, Instant>>,
+    /// In-flight forwards per worker on this core: `forwards.max_inflight` split across cores.
+    cap: u32,
+    scratch: RefCell<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Proxy {
+    pub fn new(max_inflight: u32, threads: usize) -> Proxy {
+        Proxy {
+            pool: pool::Pool::default(),
+            workers: RefCell::default(),
+            inflight: RefCell::default(),
+            ejected: RefCell::default(),
+            cap: max_inflight.div_ceil(threads.max(1) as u32).max(1),
+            scratch: RefCell::default(),
+        }
+    }
+
+    /// The worker of `placement`; the parsed address and HMAC state are derived once per
+    /// (session, URL, secret), not per request.
+    fn worker(&self, placement: &Placement) -> Option<Rc<Worker>> {
+        if let Some(w) = self.workers.borrow().get(&placement.session_id)
+            && w.url == placement.advertise_url
+            && w.secret == placement.secret
+        {
+            return Some(w.clone());
+        }
+        let worker = Rc::new(Worker {
+            url: placement.advertise_url.clone(),
+            secret: placement.secret.clone(),
+            addr: WorkerAddr::parse(&placement.advertise_url).ok()?,
+            signer: Signer::new(placement.secret.as_bytes()),
+        });
+        let mut workers = self.workers.borrow_mut();
+        if workers.len() > 10_000 {
+            workers.clear();
+        }
+        workers.insert(placement.session_id.clone(), worker.clone());
+        Some(worker)
+    }
+
+    /// Sessions this core could not reach lately, as the JSON list `resolve.lua` takes.
+    pub fn ejected_json(&self) -> String {
+        let mut ejected = self.ejected.borrow_mut();
+        if ejected.is_empty() {
+            return "[]".into();
+        }
+        ejected.retain(|_, since| since.elapsed() < EJECTION);
+        serde_json::to_string(&ejected.keys().collect::<Vec<_>>()).expect("strings serialize")
+    }
+
+    fn eject(&self, session: &str) {
+        self.ejected
+            .borrow_mut()
+            .insert(session.to_owned(), Instant::now());
+    }
+}
+
+/// Counts a forward in flight to one worker; refused past the cap.
+struct Inflight<'a> {
+    proxy: &'a Proxy,
+    session: String,
+}
+
+impl<'a> Inflight<'a> {
+    fn enter(proxy: &'a Proxy, session: &str) -> Option<Inflight<'a>> {
+        let mut inflight = proxy.inflight.borrow_mut();
+        let count = inflight.entry(session.to_owned()).or_default();
+        if *count >= proxy.cap {
+            return None;
+        }
+        *count += 1;
+        Some(Inflight {
+            proxy,
+            session: session.to_owned(),
+        })
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.proxy.inflight.borrow_mut();
+        if let Some(count) = inflight.get_mut(&self.session) {
+            *count -= 1;
+            if *count == 0 {
+                inflight.remove(&self.session);
+            }
+        }
+    }
+}
+
+/// `{ns}/{id}{rest}` below the base path.
+struct Route<'a> {
+    ns: &'a str,
+    id: &'a str,
+}
+
+impl<'a> Route<'a> {
+    /// `None` when the id is empty, too long, or outside `[A-Za-z0-9._~-]`.
+    fn parse(path: &'a str) -> Option<Route<'a>> {
+        let after_ns = path[1..].find('/').map(|i| i + 1)?;
+        let ns = &path[..after_ns];
+        let rest = &path[after_ns + 1..];
+        let id = &rest[..rest.find('/').unwrap_or(rest.len())];
+        valid_id(id).then_some(Route { ns, id })
+    }
+}
+
+fn bad_gateway() -> Response {
+    Response::text(StatusCode::BAD_GATEWAY, "bad gateway")
+}
+
+pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Response, Error> {
+    let Some(route) = Route::parse(path) else {
+        return Ok(Response::text(
+            StatusCode::BAD_REQUEST,
+            "invalid instance id",
+        ));
+    };
+    let config = &core.shared.config;
+    let path_and_query = match req.head.uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let upgrade = req.header(header::UPGRADE).is_some();
+    let replayable = !req.has_body() || upgrade;
+    let timeout = Duration::from_millis(config.forwards.timeout_ms);
+    let mut exclude: Option<String> = None;
+
+    // Once, and once more after an in-band refusal (excluding the refusing worker).
+    for attempt in 0..2 {
+        let ask = placement::Request {
+            env: SINGLE_ENV,
+            ns: route.ns,
+            id: route.id,
+            hostname: "",
+            exclude: exclude.as_deref(),
+            prefer: None,
+            affinity: None,
+            takeover: "",
+        };
+        let placement = match placement::resolve(core, &ask).await? {
+            Outcome::Forward(p) => p,
+            Outcome::NoBackends if attempt > 0 => {
+                return Ok(unavailable(
+                    "worker refused activation, retry",
+                    Duration::ZERO,
+                ));
+            }
+            Outcome::UnknownNs if upgrade => {
+                return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
+            }
+            refusal => return Ok(refusal.refusal()),
+        };
+        let Some(worker) = core.proxy.worker(&placement) else {
+            return Ok(bad_gateway());
+        };
+        let Some(_inflight) = Inflight::enter(&core.proxy, &placement.session_id) else {
+            return Ok(unavailable(
+                "worker inflight cap exceeded, retry",
+                Duration::ZERO,
+            ));
+        };
+
+        let attestation = {
+            let mut scratch = core.proxy.scratch.borrow_mut();
+            let (claims, token) = &mut *scratch;
+            token.clear();
+            let iat = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            worker
+                .signer
+                .sign_into(&placement.session_id, iat, None, claims, token);
+            Bytes::copy_from_slice(token)
+        };
+        let exchange = forward::Exchange {
+            addr: &worker.addr,
+            path_and_query: &path_and_query,
+            forwarded: Forwarded {
+                peer: req.peer.ip(),
+                epoch: &placement.epoch,
+                attestation: &attestation,
+                upgrade: None,
+            },
+            timeout,
+        };
+        let pooled = core.proxy.pool.take(&worker.url);
+        let (outcome, back) = forward::exchange(req, &exchange, pooled).await;
+        if let Some(conn) = back {
+            core.proxy.pool.put(&worker.url, conn);
+        }
+        match outcome {
+            forward::Outcome::Relayed { status, close } => {
+                if status.is_success() && placement.overwritten {
+                    placement::clear_overwritten(core, &ask, &placement.epoch).await?;
+                }
+                return Ok(Response::relayed(status, close));
+            }
+            forward::Outcome::Refused => {
+                placement::release(core, &ask, &placement).await?;
+                core.counters().count("nack");
+                if attempt == 0 && replayable {
+                    exclude = Some(placement.session_id.clone());
+                    continue;
+                }
+                return Ok(unavailable(
+                    "worker refused activation, retry",
+                    Duration::ZERO,
+                ));
+            }
+            forward::Outcome::Unreachable => {
+                // A placement this request made, on a worker it never reached, is given back so
+                // the client's retry places the id afresh.
+                if placement.placed {
+                    placement::release(core, &ask, &placement).await?;
+                }
+                core.proxy.eject(&placement.session_id);
+                return Ok(bad_gateway());
+            }
+            forward::Outcome::Failed => return Ok(bad_gateway().closing()),
+            forward::Outcome::TimedOut => {
+                return Ok(
+                    Response::text(StatusCode::GATEWAY_TIMEOUT, "upstream timeout").closing(),
+                );
+            }
+            forward::Outcome::ClientGone => {
+                return Ok(Response::empty(StatusCode::BAD_GATEWAY).closing());
+            }
+        }
+    }
+    unreachable!("the second attempt always returns")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Route;
+
+    #[test]
+    fn routes_and_ids() {
+        let r = Route::parse("/threads/abc/x/y").unwrap();
+        assert_eq!((r.ns, r.id), ("/threads", "abc"));
+        let r = Route::parse("/threads/abc").unwrap();
+        assert_eq!((r.ns, r.id), ("/threads", "abc"));
+        for bad in [
+            "/threads",
+            "/threads/",
+            "/threads//x",
+            "/threads/a%20b",
+            "/t/a b",
+        ] {
+            assert!(Route::parse(bad).is_none(), "{bad}");
+        }
+        assert!(Route::parse(&format!("/t/{}", "a".repeat(257))).is_none());
+        assert!(Route::parse(&format!("/t/{}", "a".repeat(256))).is_some());
+    }
+}

@@ -1,0 +1,342 @@
+//! The data plane end to end: clients through the real node to hand-made workers, over real
+//! sockets, with placements decided by the resolve script in a real redis-server.
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use support::fleet::Fixture;
+use support::http::{Client, Reply, get};
+use support::worker::{Serve, TestWorker};
+
+fn claims_of(token: &str, secret: &str) -> Value {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut parts = token.split('.');
+    let (h, c, s) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header: Value = serde_json::from_slice(&b64.decode(h).unwrap()).unwrap();
+    assert_eq!(header, json!({"alg": "HS256", "typ": "pinboard+jwt"}));
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{h}.{c}").as_bytes());
+    mac.verify_slice(&b64.decode(s).unwrap())
+        .expect("signed with the worker's secret");
+    serde_json::from_slice(&b64.decode(c).unwrap()).unwrap()
+}
+
+fn echo(r: &Reply) -> Value {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn warm_fleet(env: &[(&str, &str)]) -> (Fixture, TestWorker, String) {
+    let f = Fixture::new(env);
+    f.warm();
+    let worker = TestWorker::start("worker-secret");
+    let session = f.registered(&worker, "w1");
+    (f, worker, session)
+}
+
+#[test]
+fn forwards_with_epoch_attestation_and_rewritten_headers() {
+    let (f, worker, session) = warm_fleet(&[]);
+    let mut c = Client::connect(f.node.addr);
+    let r = c.request(
+        b"GET /threads/abc/messages?limit=2 HTTP/1.1\r\nHost: edge\r\nPinboard-Epoch: 1\r\n\
+          Pinboard-Attestation: forged\r\nX-Forwarded-For: 6.6.6.6\r\nConnection: keep-alive, x-hop\r\n\
+          X-Hop: 1\r\nX-Custom: kept\r\n\r\n",
+    );
+    let seen = echo(&r);
+    assert_eq!(seen["path"], "/threads/abc/messages?limit=2");
+    let headers = &seen["headers"];
+    assert_eq!(headers["x-custom"], "kept");
+    assert_eq!(headers["host"], "edge");
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert!(headers.get("x-hop").is_none() && headers.get("connection").is_none());
+    let epoch = headers["pinboard-epoch"].as_str().unwrap();
+    assert!(
+        epoch.len() >= 13 && epoch.bytes().all(|b| b.is_ascii_digit()),
+        "{epoch}"
+    );
+    let claims = claims_of(
+        headers["pinboard-attestation"].as_str().unwrap(),
+        "worker-secret",
+    );
+    assert_eq!(claims["aud"], session);
+    assert_eq!(
+        claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
+        30
+    );
+    // The worker's own Pinboard-* and hop-by-hop headers do not reach the client.
+    assert_eq!(r.header("x-accel-buffering"), Some("no"));
+    assert!(r.header("pinboard-internal").is_none() && r.header("keep-alive").is_none());
+
+    // The row: contract §5 shape.
+    let row = f.row("/threads", "abc").unwrap();
+    assert_eq!(row, json!({"sessionId": session, "epoch": epoch}));
+
+    // The same id again: the same owner and epoch, over the pooled connection.
+    let again = echo(&c.request(b"GET /threads/abc HTTP/1.1\r\nHost: edge\r\n\r\n"));
+    assert_eq!(again["headers"]["pinboard-epoch"], epoch);
+    assert_eq!(
+        again["conn"], seen["conn"],
+        "the upstream connection is reused"
+    );
+    assert_eq!(worker.requests().len(), 2);
+}
+
+#[test]
+fn refusals_and_route_misses() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    f.registered(&worker, "w1");
+    // A cold bucket: quarantined for one lease.
+    let r = get(f.node.addr, "/threads/abc", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"registry cold start, retry"}"#)
+    );
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((14..=15).contains(&wait), "{wait}");
+    f.warm();
+
+    let r = get(f.node.addr, "/nowhere/abc", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"unknown namespace"}"#)
+    );
+    for bad in [
+        "/threads/",
+        "/threads",
+        "/threads/a%20b",
+        &format!("/threads/{}", "x".repeat(257)),
+    ] {
+        let r = get(f.node.addr, bad, None);
+        assert_eq!(
+            (r.status, r.header("content-type")),
+            (400, Some("text/plain; charset=utf-8")),
+            "{bad}"
+        );
+    }
+    // A worker that is draining leaves a namespace with no backends.
+    let session = f.registered(&worker, "w1");
+    assert_eq!(
+        f.heartbeat(&worker, &session, json!({"draining": true}))
+            .status,
+        200
+    );
+    let r = get(f.node.addr, "/threads/fresh", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"no live backends for namespace"}"#)
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+}
+
+#[test]
+fn bodies_stream_both_ways() {
+    let (f, worker, _) = warm_fleet(&[]);
+    let mut c = Client::connect(f.node.addr);
+    let body = "x".repeat(100_000);
+    let r = c.request(
+        format!(
+            "POST /threads/a/echo HTTP/1.1\r\nHost: e\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(echo(&r)["body"].as_str().unwrap().len(), 100_000);
+    c.send(b"POST /threads/a/echo HTTP/1.1\r\nHost: e\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.read(false);
+    assert_eq!(echo(&r)["body"], "hello world");
+
+    worker.set_serve(Serve::EchoChunked);
+    let r = c.request(b"GET /threads/a/x HTTP/1.1\r\nHost: e\r\n\r\n");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(echo(&r)["path"], "/threads/a/x");
+
+    worker.set_serve(Serve::EchoUntilClose);
+    let r = c.request(b"GET /threads/a/y HTTP/1.1\r\nHost: e\r\n\r\n");
+    assert_eq!(
+        r.header("transfer-encoding"),
+        Some("chunked"),
+        "re-framed so the client connection survives"
+    );
+    assert_eq!(echo(&r)["path"], "/threads/a/y");
+    worker.set_serve(Serve::Echo);
+    let head = c.request(b"HEAD /threads/a/z HTTP/1.1\r\nHost: e\r\n\r\n");
+    assert_eq!(head.status, 200);
+    assert!(head.header("content-length").is_some());
+    assert_eq!(
+        echo(&c.request(b"GET /threads/a/after HTTP/1.1\r\nHost: e\r\n\r\n"))["path"],
+        "/threads/a/after"
+    );
+}
+
+#[test]
+fn unreachable_and_slow_workers() {
+    let (f, worker, _) = warm_fleet(&[("PINBOARD_FORWARDS__TIMEOUT_MS", "500")]);
+    worker.set_serve(Serve::Hang);
+    let r = get(f.node.addr, "/threads/slow", None);
+    assert_eq!((r.status, r.text().as_str()), (504, "upstream timeout"));
+
+    worker.set_serve(Serve::Drop);
+    let r = get(f.node.addr, "/threads/dropped", None);
+    assert_eq!((r.status, r.text().as_str()), (502, "bad gateway"));
+
+    worker.stop();
+    std::thread::sleep(Duration::from_millis(50));
+    let r = get(f.node.addr, "/threads/fresh-id", None);
+    assert_eq!((r.status, r.text().as_str()), (502, "bad gateway"));
+    assert!(
+        f.row("/threads", "fresh-id").is_none(),
+        "a fresh placement that never reached the worker is released"
+    );
+    // A degraded-free, still-registered record is not marked degraded by a failed forward.
+    let session = f.cli(&["HKEYS", "pinboard:{r}:sessions"]);
+    assert!(
+        f.session_record(&session)
+            .unwrap()
+            .get("degradedSince")
+            .is_none()
+    );
+}
+
+#[test]
+fn in_band_refusal_re_places_once() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let refusing = TestWorker::start("a");
+    let serving = TestWorker::start("b");
+    refusing.set_serve(Serve::Refuse);
+    f.registered(&refusing, "refusing");
+    let good = f.registered(&serving, "serving");
+    // Whatever the first choice, every id ends on the serving worker.
+    for i in 0..6 {
+        let r = get(f.node.addr, &format!("/threads/id-{i}"), None);
+        assert!(echo(&r)["headers"]["pinboard-attestation"].is_string());
+        assert_eq!(
+            f.row("/threads", &format!("id-{i}")).unwrap()["sessionId"],
+            good
+        );
+        assert!(r.header("pinned-refusal").is_none());
+    }
+    // A request with a body is not replayed: a refusal answers 503 at once.
+    serving.set_serve(Serve::Refuse);
+    let mut c = Client::connect(f.node.addr);
+    let r = c.request(b"POST /threads/new-one HTTP/1.1\r\nHost: e\r\nContent-Length: 2\r\n\r\nhi");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"worker refused activation, retry"}"#)
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert!(
+        f.row("/threads", "new-one").is_none(),
+        "the refused placement is released"
+    );
+    // Both refuse: the retry refuses too.
+    let r = get(f.node.addr, "/threads/nobody-takes-it", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"worker refused activation, retry"}"#)
+    );
+}
+
+#[test]
+fn inflight_cap_per_worker() {
+    let (f, worker, _) = warm_fleet(&[
+        ("PINBOARD_THREADS", "1"),
+        ("PINBOARD_FORWARDS__MAX_INFLIGHT", "1"),
+        ("PINBOARD_FORWARDS__TIMEOUT_MS", "1500"),
+    ]);
+    worker.set_serve(Serve::Hang);
+    let addr = f.node.addr;
+    let slow = std::thread::spawn(move || get(addr, "/threads/one", None));
+    std::thread::sleep(Duration::from_millis(300));
+    let r = get(f.node.addr, "/threads/two", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"worker inflight cap exceeded, retry"}"#)
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(slow.join().unwrap().status, 504);
+}
+
+#[test]
+fn concurrent_clients_agree_on_one_owner_and_move_together() {
+    let f = Fixture::new(&[("PINBOARD_LEASE_TTL_MS", "1500")]);
+    f.warm();
+    let workers: Vec<TestWorker> = (0..3)
+        .map(|i| TestWorker::start(&format!("s{i}")))
+        .collect();
+    let sessions: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| f.registered(w, &format!("w{i}")))
+        .collect();
+    let hit_all = |f: &Fixture| -> Vec<(String, String)> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..24)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let seen = echo(&get(f.node.addr, "/threads/contended", None));
+                        let claims = &seen["headers"];
+                        let token = claims["pinboard-attestation"].as_str().unwrap().to_string();
+                        let aud = serde_json::from_slice::<Value>(
+                            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                                .decode(token.split('.').nth(1).unwrap())
+                                .unwrap(),
+                        )
+                        .unwrap()["aud"]
+                            .as_str()
+                            .unwrap()
+                            .to_string();
+                        (aud, claims["pinboard-epoch"].as_str().unwrap().to_string())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    // Keep every worker alive through the test: the lease is short.
+    let keepalive = |f: &Fixture| {
+        for (w, s) in workers.iter().zip(&sessions) {
+            f.heartbeat(w, s, json!({}));
+        }
+    };
+    let first = hit_all(&f);
+    let owner = first[0].clone();
+    assert!(
+        first.iter().all(|o| *o == owner),
+        "one owner, one epoch: {first:?}"
+    );
+
+    // The owner dies: it stops answering and its lease runs out.
+    let dead = sessions.iter().position(|s| *s == owner.0).unwrap();
+    workers[dead].stop();
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(500));
+        for (i, (w, s)) in workers.iter().zip(&sessions).enumerate() {
+            if i != dead {
+                f.heartbeat(w, s, json!({}));
+            }
+        }
+    }
+    let second = hit_all(&f);
+    let new_owner = second[0].clone();
+    assert!(
+        second.iter().all(|o| *o == new_owner),
+        "one new owner: {second:?}"
+    );
+    assert_ne!(new_owner.0, owner.0);
+    assert!(
+        new_owner.1.parse::<u64>().unwrap() > owner.1.parse::<u64>().unwrap(),
+        "higher epoch"
+    );
+    keepalive(&f);
+}

@@ -1,0 +1,129 @@
+//! A node, its private redis-server, and the calls tests make on the registry as a worker
+//! would: register, heartbeat, and direct looks at what the registry left in Redis.
+
+use serde_json::{Value, json};
+
+use super::http::{Reply, post_json};
+use super::node::Node;
+use super::redis::RedisServer;
+use super::worker::TestWorker;
+
+pub struct Fixture {
+    pub redis: RedisServer,
+    pub node: Node,
+    /// A worker credential for account `acct-a` on every namespace.
+    pub token: String,
+}
+
+impl Fixture {
+    pub fn new(env: &[(&str, &str)]) -> Fixture {
+        let redis = RedisServer::start();
+        let mut env = env.to_vec();
+        env.push(("PINBOARD_SHARDS", "4"));
+        env.push(("PINBOARD_VERIFY_TIMEOUT_MS", "500"));
+        let node = Node::start(&redis.url(), &env);
+        let token = node.worker_token("acct-a");
+        Fixture { redis, node, token }
+    }
+
+    pub fn post(&self, route: &str, token: &str, body: &Value) -> Reply {
+        post_json(
+            self.node.addr,
+            &format!("/registry/{route}"),
+            Some(token),
+            &body.to_string(),
+        )
+    }
+
+    pub fn register_body(&self, worker: &TestWorker, client: &str, extra: Value) -> Value {
+        let (challenge, value) = worker.challenge();
+        let mut body = json!({
+            "clientId": client,
+            "secret": worker.secret(),
+            "namespaces": ["/threads", "/docs"],
+            "advertiseUrl": worker.url(),
+            "headroom": 10,
+            "draining": false,
+            "challenge": challenge,
+            "challengeValue": value,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    }
+
+    pub fn register(&self, worker: &TestWorker, client: &str, extra: Value) -> Reply {
+        let body = self.register_body(worker, client, extra);
+        self.post("register", &self.token, &body)
+    }
+
+    pub fn registered(&self, worker: &TestWorker, client: &str) -> String {
+        let r = self.register(worker, client, json!({}));
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), self.node.log());
+        r.json()["sessionId"].as_str().unwrap().to_string()
+    }
+
+    pub fn heartbeat(&self, worker: &TestWorker, session: &str, extra: Value) -> Reply {
+        let (challenge, value) = worker.challenge();
+        let mut body = json!({
+            "sessionId": session, "headroom": 5, "draining": false,
+            "challenge": challenge, "challengeValue": value,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        self.post("heartbeat", &self.token, &body)
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        self.redis.cli(args)
+    }
+
+    pub fn session_record(&self, session: &str) -> Option<Value> {
+        let raw = self.cli(&["HGET", "pinboard:{r}:sessions", session]);
+        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
+    }
+
+    pub fn bucket_record(&self, bucket: u32, session: &str) -> Option<Value> {
+        let raw = self.cli(&["HGET", &format!("pinboard:{{{bucket}}}:workers"), session]);
+        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
+    }
+
+    pub fn in_ns_list(&self, bucket: u32, ns: &str, session: &str) -> bool {
+        self.cli(&[
+            "SISMEMBER",
+            &format!("pinboard:{{{bucket}}}:nsw:{ns}"),
+            session,
+        ]) == "1"
+    }
+
+    /// Writes a placement row directly, as the resolve script will.
+    pub fn put_row(&self, ns: &str, id: &str, row: Value) {
+        let bucket = pinboard::redis::bucket_of(id, 4);
+        self.cli(&[
+            "HSET",
+            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
+            id,
+            &row.to_string(),
+        ]);
+    }
+
+    pub fn row(&self, ns: &str, id: &str) -> Option<Value> {
+        let bucket = pinboard::redis::bucket_of(id, 4);
+        let raw = self.cli(&[
+            "HGET",
+            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
+            id,
+        ]);
+        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
+    }
+
+    /// Ends the cold-start quarantine of every bucket, as if the registry had been up for a
+    /// lease already.
+    pub fn warm(&self) {
+        for bucket in 0..4 {
+            self.cli(&["SET", &format!("pinboard:{{{bucket}}}:boot_time"), "0"]);
+        }
+    }
+}
