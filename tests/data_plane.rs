@@ -340,3 +340,51 @@ fn concurrent_clients_agree_on_one_owner_and_move_together() {
     );
     keepalive(&f);
 }
+
+#[test]
+fn registry_health_counts_this_nodes_outcomes() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    f.registered(&worker, "w1");
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let health = || {
+        let r = get(f.node.addr, "/registry/health", Some(&operator));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let cold = health();
+    let q = cold["quarantineMs"].as_u64().unwrap();
+    assert!(
+        (14_000..=15_000).contains(&q),
+        "a registration started the cold start: {q}"
+    );
+    assert_eq!(get(f.node.addr, "/threads/a", None).status, 503);
+    f.warm();
+    assert_eq!(get(f.node.addr, "/threads/a", None).status, 200);
+    assert_eq!(get(f.node.addr, "/nowhere/a", None).status, 404);
+    worker.set_serve(Serve::Refuse);
+    assert_eq!(get(f.node.addr, "/threads/b", None).status, 503);
+
+    let h = health();
+    let resolutions = &h["resolutions"];
+    assert_eq!(resolutions["quarantine"], 1);
+    assert_eq!(resolutions["forward"], 2, "a and b: {h}");
+    assert_eq!(resolutions["unknown-ns"], 1);
+    assert_eq!(resolutions["nack"], 1);
+    assert_eq!(
+        resolutions["no-backends"], 1,
+        "the refusing worker excluded, none remained"
+    );
+    assert_eq!(h["quarantineMs"], 0);
+    assert!(
+        h["connections"].as_u64().unwrap() >= 1,
+        "this request's own connection"
+    );
+    assert!(h["uptimeMs"].as_u64().unwrap() > 0 && h["rssBytes"].as_u64().unwrap() > 1_000_000);
+
+    assert_eq!(get(f.node.addr, "/registry/health", None).status, 401);
+    assert_eq!(
+        get(f.node.addr, "/registry/health", Some(&f.token)).status,
+        403
+    );
+}

@@ -24,9 +24,23 @@ pub const OUTCOMES: [&str; 11] = [
 #[derive(Default)]
 pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
+    /// Client connections open on this core (a gauge).
+    connections: AtomicU64,
 }
 
 impl CoreCounters {
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn connections(&self) -> u64 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
     /// Counts one outcome; `name` must be one of [`OUTCOMES`].
     pub fn count(&self, name: &str) {
         if let Some(i) = OUTCOMES.iter().position(|o| *o == name) {

@@ -1,10 +1,14 @@
-//! `GET /healthz` (the process answers) and `GET /readyz` (this node should get traffic).
+//! `GET /healthz` (the process answers), `GET /readyz` (this node should get traffic) and
+//! `GET /registry/health` (what this node has been doing).
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 use http::StatusCode;
 use tracing::debug;
 
+use crate::error::Error;
 use crate::http::Response;
+use crate::metrics;
 use crate::node::Core;
 use crate::redis::READY;
 
@@ -25,4 +29,56 @@ pub async fn readyz(core: &Core) -> Response {
             Response::empty(StatusCode::SERVICE_UNAVAILABLE)
         }
     }
+}
+
+/// `GET /registry/health`: this node's view of itself. Answers while booting or draining.
+pub async fn registry_health(core: &Core) -> Result<Response, Error> {
+    let shared = &core.shared;
+    let resolutions: serde_json::Map<String, serde_json::Value> =
+        metrics::outcomes(&shared.counters)
+            .map(|(name, n)| (name.to_owned(), n.into()))
+            .collect();
+    let connections: u64 = shared.counters.iter().map(|c| c.connections()).sum();
+    let mut body = serde_json::json!({
+        "resolutions": resolutions,
+        "connections": connections,
+        "quarantineMs": quarantine_ms(core).await?,
+        "uptimeMs": shared.started.elapsed().as_millis() as u64,
+    });
+    if let Some(rss) = rss_bytes() {
+        body["rssBytes"] = rss.into();
+    }
+    Ok(Response::json_value(StatusCode::OK, &body))
+}
+
+/// The largest remaining cold-start window across the buckets, by Redis's clock.
+async fn quarantine_ms(core: &Core) -> Result<u64, Error> {
+    let now = core
+        .redis
+        .evalsha(&READY, &[], &[])
+        .await?
+        .as_int()
+        .unwrap_or_default();
+    let lease = core.shared.config.lease_ttl_ms as i64;
+    let keys: Vec<String> = (0..core.keys.shards())
+        .map(|b| format!("{}boot_time", core.keys.bucket(b)))
+        .collect();
+    let reads = keys.iter().map(|key| async move {
+        let args: [&[u8]; 2] = [b"GET", key.as_bytes()];
+        core.redis.cmd(&args).await
+    });
+    let mut longest = 0;
+    for boot in join_all(reads).await {
+        if let Some(boot) = boot?.as_int() {
+            longest = longest.max(boot + lease - now);
+        }
+    }
+    Ok(longest.max(0) as u64)
+}
+
+/// Resident set size from /proc (absent where there is no /proc).
+fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
 }

@@ -3,4 +3,4 @@
 
 mod health;
 
-pub use health::{healthz, readyz};
+pub use health::{healthz, readyz, registry_health};

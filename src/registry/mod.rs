@@ -29,15 +29,30 @@ pub use fields::{valid_id, valid_namespace};
 pub use session::{SINGLE_ENV, Session, Takeover};
 
 pub const WORKER_SCOPE: &str = "pinboard:worker";
+pub const OPERATOR_SCOPE: &str = "pinboard:operator";
+
+fn method_not_allowed(allow: &'static str) -> Response {
+    Response::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        .header(http::header::ALLOW, http::HeaderValue::from_static(allow))
+}
 
 pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Response, Error> {
+    let route = &path["/registry".len()..];
+    if route == "/health" {
+        if let Err(refusal) = authorize(core, req, OPERATOR_SCOPE) {
+            return Ok(refusal);
+        }
+        if !matches!(*req.method(), Method::GET | Method::HEAD) {
+            return Ok(method_not_allowed("GET"));
+        }
+        return crate::operator::registry_health(core).await;
+    }
     // Unknown registry paths authenticate as worker routes before answering, so probing
     // them tells an unauthenticated caller nothing about which routes exist.
     let credential = match authorize(core, req, WORKER_SCOPE) {
         Ok(credential) => credential,
         Err(refusal) => return Ok(refusal),
     };
-    let route = &path["/registry".len()..];
     let known = matches!(
         route,
         "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister"
@@ -46,10 +61,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
     }
     if req.method() != Method::POST {
-        return Ok(
-            Response::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
-                .header(http::header::ALLOW, http::HeaderValue::from_static("POST")),
-        );
+        return Ok(method_not_allowed("POST"));
     }
     match route {
         "/register" => register::register(core, req, &credential).await,

@@ -7,7 +7,6 @@
 
 mod shutdown;
 
-use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -172,7 +171,6 @@ async fn core_main(
     });
     let core = Rc::new(Core::new(shared.clone(), index));
     let limits = Rc::new(shared.http_limits());
-    let active = Rc::new(Cell::new(0usize));
     loop {
         let accepted = monoio::select! {
             r = listener.accept() => r,
@@ -180,16 +178,11 @@ async fn core_main(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let (core, limits, active, shutdown) = (
-                    core.clone(),
-                    limits.clone(),
-                    active.clone(),
-                    shutdown.clone(),
-                );
-                active.set(active.get() + 1);
+                let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+                core.counters().connection_opened();
                 monoio::spawn(async move {
                     serve_connection(stream, peer, &*core, &limits, &shutdown).await;
-                    active.set(active.get() - 1);
+                    core.counters().connection_closed();
                 });
             }
             Err(e) => {
@@ -201,13 +194,14 @@ async fn core_main(
     }
     drop(listener);
     let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
-    while active.get() > 0 && Instant::now() < deadline {
+    let open = || core.counters().connections();
+    while open() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }
-    if active.get() > 0 {
+    if open() > 0 {
         warn!(
             core = index,
-            open = active.get(),
+            open = open(),
             "grace period over; dropping connections"
         );
     }
