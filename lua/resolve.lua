@@ -11,11 +11,13 @@
 -- ARGV[10] JSON [sessionId, ...] this node has ejected as outliers
 -- ARGV[11] ARGV[12]  two random numbers in [0, 1) for the power-of-two choice
 -- ARGV[13] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
+-- ARGV[14] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
 --
 -- Returns a flat array so the hot path parses no JSON:
 --   {'forward', sessionId, epoch, advertiseUrl, secret, placed ('1' new | '0' existing),
 --    overwritten ('1' when the id is listed on the overwritten hash)}
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
+--   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
 local K = KEYS[1]
 local env, ns, id, hostname = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -52,6 +54,11 @@ if raw then
         tostring(redis.call('HEXISTS', K .. env .. ':' .. ns .. ':overwritten', id))}
     end
   end
+end
+
+-- A displaced (hostname, ns) takes no new placements for a lease; ids with a row bypass it.
+if not raw and tonumber(ARGV[14]) > 0 then
+  return {'binding-quarantine', ARGV[14]}
 end
 
 -- 2. The namespace must have (had) workers here.

@@ -388,3 +388,173 @@ fn registry_health_counts_this_nodes_outcomes() {
         403
     );
 }
+
+fn owner_of(f: &Fixture, env: &str, ns: &str, id: &str) -> String {
+    let bucket = pinboard::redis::bucket_of(id, 4);
+    let raw = f.cli(&[
+        "HGET",
+        &format!("pinboard:{{{bucket}}}:{env}:{ns}:placements"),
+        id,
+    ]);
+    serde_json::from_str::<Value>(&raw).unwrap()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn get_with(f: &Fixture, path: &str, headers: &str) -> Reply {
+    Client::connect(f.node.addr).request(format!("GET {path} HTTP/1.1\r\n{headers}\r\n").as_bytes())
+}
+
+#[test]
+fn affinity_keeps_a_client_on_one_worker() {
+    let f = Fixture::new(&[("PINBOARD_AFFINITY", "header:x-user")]);
+    f.warm();
+    let (a, b) = (TestWorker::start("a"), TestWorker::start("b"));
+    f.registered(&a, "a");
+    f.registered(&b, "b");
+    for user in ["alice", "bob", "carol"] {
+        let owners: Vec<String> = (0..5)
+            .map(|i| {
+                let id = format!("{user}-{i}");
+                assert_eq!(
+                    get_with(
+                        &f,
+                        &format!("/threads/{id}"),
+                        &format!("Host: e\r\nX-User: {user}\r\n")
+                    )
+                    .status,
+                    200
+                );
+                owner_of(&f, "default", "/threads", &id)
+            })
+            .collect();
+        assert!(owners.iter().all(|o| *o == owners[0]), "{user}: {owners:?}");
+    }
+
+    // Affinity by client address, believing X-Forwarded-For only from a trusted proxy.
+    let f = Fixture::new(&[("PINBOARD_TRUSTED_PROXIES", "127.0.0.0/8")]);
+    f.warm();
+    let (a, b) = (TestWorker::start("a"), TestWorker::start("b"));
+    f.registered(&a, "a");
+    f.registered(&b, "b");
+    for client in ["203.0.113.7", "198.51.100.1"] {
+        let owners: Vec<String> = (0..4)
+            .map(|i| {
+                let id = format!("ip-{client}-{i}");
+                let headers = format!("Host: e\r\nX-Forwarded-For: 10.9.9.9, {client}\r\n");
+                let r = get_with(&f, &format!("/threads/{id}"), &headers);
+                assert_eq!(
+                    echo(&r)["headers"]["x-forwarded-for"],
+                    "127.0.0.1",
+                    "the observed peer is forwarded"
+                );
+                owner_of(&f, "default", "/threads", &id)
+            })
+            .collect();
+        assert!(
+            owners.iter().all(|o| *o == owners[0]),
+            "{client}: {owners:?}"
+        );
+    }
+}
+
+#[test]
+fn hostname_aware_data_plane() {
+    let f = Fixture::new(&[("PINBOARD_HOSTNAME_AWARE", "true")]);
+    f.warm();
+    let a = TestWorker::start("a");
+    let r = f.register(
+        &a,
+        "a",
+        json!({"namespaces": ["/threads"], "hostname": "h1", "env": "e1"}),
+    );
+    let session_a = r.json()["sessionId"].as_str().unwrap().to_string();
+
+    let r = get_with(&f, "/threads/x1", "Host: H1:8080\r\n");
+    assert_eq!(echo(&r)["path"], "/threads/x1");
+    let bucket = pinboard::redis::bucket_of("x1", 4);
+    let row: Value = serde_json::from_str(&f.cli(&[
+        "HGET",
+        &format!("pinboard:{{{bucket}}}:e1:/threads:placements"),
+        "x1",
+    ]))
+    .unwrap();
+    assert_eq!(
+        (row["sessionId"].as_str(), row["hostname"].as_str()),
+        (Some(session_a.as_str()), Some("h1"))
+    );
+
+    let r = Client::connect(f.node.addr).request(b"GET /threads/x1 HTTP/1.0\r\n\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (400, r#"{"error":"missing Host header"}"#)
+    );
+    let r = get_with(&f, "/threads/x1", "Host: h9\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"no live workers for hostname"}"#)
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+
+    // Another hostname of the same env: the row belongs to h1's worker; the env's takeover
+    // rule (wind_down by default) fences it for a lease.
+    let c = TestWorker::start("c");
+    f.register(
+        &c,
+        "c",
+        json!({"namespaces": ["/threads"], "hostname": "h2", "env": "e1"}),
+    );
+    let r = get_with(&f, "/threads/x1", "Host: h2\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"takeover in progress, retry"}"#)
+    );
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!((14..=15).contains(&wait), "{wait}");
+
+    // A higher-epoch registration displaces h1's binding: new ids wait a lease, ids with a
+    // row bypass the quarantine.
+    let b = TestWorker::start("b");
+    let r = f.register(
+        &b,
+        "b",
+        json!({"namespaces": ["/threads"], "hostname": "h1", "env": "e2", "epoch": 1}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = get_with(&f, "/threads/brand-new", "Host: h1\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"hostname binding displaced, retry"}"#)
+    );
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 14);
+
+    // Bindings that name an env nobody agreed a takeover for are inconsistent.
+    f.cli(&["HDEL", "pinboard:{r}:bind:envs", "e1"]);
+    let r = get_with(&f, "/threads/x2", "Host: h2\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"hostname bindings inconsistent, retry"}"#)
+    );
+
+    // deny: a row held by another hostname is not taken over.
+    let g = Fixture::new(&[("PINBOARD_HOSTNAME_AWARE", "true")]);
+    g.warm();
+    let (p, q) = (TestWorker::start("p"), TestWorker::start("q"));
+    g.register(
+        &p,
+        "p",
+        json!({"namespaces": ["/threads"], "hostname": "hp", "env": "shared", "takeover": "deny"}),
+    );
+    g.register(
+        &q,
+        "q",
+        json!({"namespaces": ["/threads"], "hostname": "hq", "env": "shared", "takeover": "deny"}),
+    );
+    assert_eq!(get_with(&g, "/threads/held", "Host: hp\r\n").status, 200);
+    let r = get_with(&g, "/threads/held", "Host: hq\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"placement held by another hostname"}"#)
+    );
+}

@@ -2,7 +2,12 @@
 //! other outcome into the spec's refusal.
 //!
 //! The decision itself is `lua/resolve.lua`, run by EVALSHA in the id's bucket, so two nodes
-//! resolving the same new id at once cannot both place it.
+//! resolving the same new id at once cannot both place it. In hostname-aware mode the
+//! binding lookup (`lua/binding.lua`, registry slot) runs first.
+
+mod affinity;
+
+pub use affinity::{client_ip, key as affinity_key};
 
 use std::time::Duration;
 
@@ -11,7 +16,7 @@ use http::{HeaderValue, StatusCode};
 use crate::error::{Error, Origin};
 use crate::http::Response;
 use crate::node::Core;
-use crate::redis::{OVERWRITTEN_CLEAR, RESOLVE, Reply, bucket_of};
+use crate::redis::{BINDING, OVERWRITTEN_CLEAR, RESOLVE, Reply, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +40,9 @@ pub enum Outcome {
     Quarantine(Duration),
     TakeoverPending(Duration),
     TakeoverDenied,
+    NoHostnameWorkers,
+    BindingQuarantine(Duration),
+    EnvConflict,
 }
 
 impl Outcome {
@@ -46,6 +54,9 @@ impl Outcome {
             Outcome::Quarantine(_) => "quarantine",
             Outcome::TakeoverPending(_) => "takeover-pending",
             Outcome::TakeoverDenied => "takeover-denied",
+            Outcome::NoHostnameWorkers => "no-hostname-workers",
+            Outcome::BindingQuarantine(_) => "binding-quarantine",
+            Outcome::EnvConflict => "env-conflict",
         }
     }
 
@@ -59,6 +70,15 @@ impl Outcome {
             Outcome::TakeoverPending(left) => unavailable("takeover in progress, retry", *left),
             Outcome::TakeoverDenied => {
                 unavailable("placement held by another hostname", Duration::ZERO)
+            }
+            Outcome::NoHostnameWorkers => {
+                unavailable("no live workers for hostname", Duration::ZERO)
+            }
+            Outcome::BindingQuarantine(left) => {
+                unavailable("hostname binding displaced, retry", *left)
+            }
+            Outcome::EnvConflict => {
+                unavailable("hostname bindings inconsistent, retry", Duration::ZERO)
             }
         }
     }
@@ -84,6 +104,54 @@ pub struct Request<'a> {
     pub prefer: Option<&'a str>,
     pub affinity: Option<&'a str>,
     pub takeover: &'a str,
+    /// Remaining quarantine of a displaced (hostname, ns) binding, in ms.
+    pub binding_quarantine: u64,
+}
+
+/// The env, takeover rule and quarantine of a (hostname, namespace) in hostname-aware mode,
+/// or the refusal when the bindings name none.
+pub struct Binding {
+    pub env: String,
+    pub takeover: String,
+    pub quarantine: u64,
+}
+
+pub async fn binding(
+    core: &Core,
+    hostname: &str,
+    ns: &str,
+) -> Result<Result<Binding, Outcome>, Error> {
+    let key = format!("{hostname}{ns}");
+    let reply = core
+        .redis
+        .evalsha(
+            &BINDING,
+            &[core.keys.registry().as_bytes()],
+            &[key.as_bytes()],
+        )
+        .await?;
+    let items = reply.as_array().unwrap_or_default();
+    let text = |i: usize| items.get(i).and_then(Reply::as_str);
+    let refusal = match text(0) {
+        Some("ok") => {
+            let quarantine = text(3).and_then(|q| q.parse().ok());
+            if let (Some(env), Some(takeover), Some(quarantine)) = (text(1), text(2), quarantine) {
+                return Ok(Ok(Binding {
+                    env: env.to_owned(),
+                    takeover: takeover.to_owned(),
+                    quarantine,
+                }));
+            }
+            None
+        }
+        Some("no-hostname-workers") => Some(Outcome::NoHostnameWorkers),
+        Some("env-conflict") => Some(Outcome::EnvConflict),
+        _ => None,
+    };
+    let refusal = refusal
+        .ok_or_else(|| Error::new(Origin::Internal, format!("binding answered {reply:?}")))?;
+    core.counters().count(refusal.name());
+    Ok(Err(refusal))
 }
 
 pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
@@ -94,6 +162,7 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
     let (r1, r2): (f64, f64) = (rand::random(), rand::random());
     let (r1, r2) = (r1.to_string(), r2.to_string());
     let ejected = core.proxy.ejected_json();
+    let quarantine = req.binding_quarantine.to_string();
     let reply = core
         .redis
         .evalsha(
@@ -113,11 +182,16 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
                 r1.as_bytes(),
                 r2.as_bytes(),
                 req.takeover.as_bytes(),
+                quarantine.as_bytes(),
             ],
         )
         .await?;
-    let outcome = parse(&reply)
+    let mut outcome = parse(&reply)
         .ok_or_else(|| Error::new(Origin::Internal, format!("resolve answered {reply:?}")))?;
+    // Hostname-aware: no candidate for this hostname is "no live workers for hostname".
+    if outcome == Outcome::NoBackends && !req.hostname.is_empty() {
+        outcome = Outcome::NoHostnameWorkers;
+    }
     core.counters().count(outcome.name());
     Ok(outcome)
 }
@@ -140,6 +214,7 @@ fn parse(reply: &Reply) -> Option<Outcome> {
         "quarantine" => Outcome::Quarantine(millis(1)?),
         "takeover-pending" => Outcome::TakeoverPending(millis(1)?),
         "takeover-denied" => Outcome::TakeoverDenied,
+        "binding-quarantine" => Outcome::BindingQuarantine(millis(1)?),
         _ => return None,
     })
 }

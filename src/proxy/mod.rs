@@ -149,6 +149,17 @@ impl<'a> Route<'a> {
     }
 }
 
+/// The request's hostname: the Host header without its port, lowercased.
+fn host_of(req: &Request<'_>) -> Option<String> {
+    let host = req.header(header::HOST)?.to_str().ok()?;
+    let host = match host.strip_prefix('[') {
+        // An IPv6 literal: `[::1]:8080`.
+        Some(v6) => v6.split(']').next()?,
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
 fn bad_gateway() -> Response {
     Response::text(StatusCode::BAD_GATEWAY, "bad gateway")
 }
@@ -170,17 +181,43 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     let timeout = Duration::from_millis(config.forwards.timeout_ms);
     let mut exclude: Option<String> = None;
 
+    // Hostname-aware: the Host header names the hostname, whose binding names the env.
+    let hostname = if config.hostname_aware {
+        match host_of(req) {
+            Some(host) => host,
+            None => {
+                return Ok(Response::error(
+                    StatusCode::BAD_REQUEST,
+                    "missing Host header",
+                ));
+            }
+        }
+    } else {
+        String::new()
+    };
+    let binding = if config.hostname_aware {
+        match placement::binding(core, &hostname, route.ns).await? {
+            Ok(binding) => Some(binding),
+            Err(refusal) => return Ok(refusal.refusal()),
+        }
+    } else {
+        None
+    };
+    let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req)
+        .map(|k| k.into_owned());
+
     // Once, and once more after an in-band refusal (excluding the refusing worker).
     for attempt in 0..2 {
         let ask = placement::Request {
-            env: SINGLE_ENV,
+            env: binding.as_ref().map_or(SINGLE_ENV, |b| b.env.as_str()),
             ns: route.ns,
             id: route.id,
-            hostname: "",
+            hostname: &hostname,
             exclude: exclude.as_deref(),
             prefer: None,
-            affinity: None,
-            takeover: "",
+            affinity: affinity.as_deref(),
+            takeover: binding.as_ref().map_or("", |b| b.takeover.as_str()),
+            binding_quarantine: binding.as_ref().map_or(0, |b| b.quarantine),
         };
         let placement = match placement::resolve(core, &ask).await? {
             Outcome::Forward(p) => p,

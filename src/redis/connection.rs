@@ -25,7 +25,7 @@ const READ_CHUNK: usize = 16 * 1024;
 /// built for every call (a Vec of frames plus a `Bytes` per argument), i.e. allocations on the
 /// hot path, where this writes straight into the connection's buffer and allocates only when
 /// the buffer must grow.
-pub(crate) fn encode_command(buf: &mut BytesMut, parts: &[&[&[u8]]]) {
+pub fn encode_command(buf: &mut BytesMut, parts: &[&[&[u8]]]) {
     let args = || parts.iter().flat_map(|part| part.iter());
     let argc = args().count();
     let len = 1

@@ -17,10 +17,12 @@ mod target;
 use bytes::Bytes;
 
 pub use client::{Redis, RedisOptions};
+// Public so the benches and the allocation test measure the encoder the client sends with.
+pub use connection::encode_command;
 pub use keys::{Keys, bucket_of};
 pub use script::{
-    BUCKET_WORKER, CONTROL_PUSH, HEARTBEAT, OVERWRITTEN_CLEAR, READY, REGISTER, RELEASE, RESOLVE,
-    SESSION_DROP, Script, TAG,
+    BINDING, BUCKET_WORKER, CONTROL_PUSH, HEARTBEAT, OVERWRITTEN_CLEAR, READY, REGISTER, RELEASE,
+    RESOLVE, SESSION_DROP, Script, TAG,
 };
 pub use target::{Endpoint, RedisTarget};
 

@@ -54,6 +54,8 @@ pub static BUCKET_WORKER: LazyLock<Script> = script!("bucket_worker");
 pub static RELEASE: LazyLock<Script> = script!("release");
 /// Placement: the one live owner of (env, namespace, id), or why not.
 pub static RESOLVE: LazyLock<Script> = script!("resolve");
+/// Hostname-aware: the env, takeover and quarantine of a (hostname, namespace).
+pub static BINDING: LazyLock<Script> = script!("binding");
 /// Clears an overwritten marker at or below a served epoch.
 pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 /// Compare-and-set of a placement's owner tag.
