@@ -558,3 +558,219 @@ fn hostname_aware_data_plane() {
         (503, r#"{"error":"placement held by another hostname"}"#)
     );
 }
+
+fn attested_claims(seen: &Value) -> Value {
+    let token = seen["headers"]["pinboard-attestation"].as_str().unwrap();
+    let claims = token.split('.').nth(1).unwrap();
+    serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn caller_attestation() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let (a, b) = (TestWorker::start("secret-a"), TestWorker::start("secret-b"));
+    let sa = f
+        .register(&a, "a", json!({"namespaces": ["/threads"]}))
+        .json()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    f.registered(&b, "b");
+    // The caller instance: placed on A.
+    let bucket = pinboard::redis::bucket_of("caller-1", 4);
+    f.cli(&[
+        "HSET",
+        &format!("pinboard:{{{bucket}}}:default:/threads:placements"),
+        "caller-1",
+        &json!({"sessionId": sa, "epoch": "1"}).to_string(),
+    ]);
+    let call = |path: &str, extra: &str| {
+        get_with(
+            &f,
+            path,
+            &format!(
+                "Host: e\r\nPinboard-From: /threads/caller-1\r\nPinboard-Session: {sa}\r\n{extra}"
+            ),
+        )
+    };
+    let ok = |path: &str| {
+        call(
+            path,
+            "Pinboard-Session-Secret: secret-a\r\nPinboard-Subrequest-Depth: 3\r\n",
+        )
+    };
+
+    for i in 0..4 {
+        let seen = echo(&ok(&format!("/threads/target-{i}")));
+        let claims = attested_claims(&seen);
+        assert_eq!(
+            (claims["caller"].as_str(), claims["depth"].as_u64()),
+            (Some("/threads/caller-1"), Some(3))
+        );
+        assert!(
+            seen["headers"].get("pinboard-session-secret").is_none(),
+            "never forwarded"
+        );
+        assert_eq!(
+            owner_of(&f, "default", "/threads", &format!("target-{i}")),
+            sa,
+            "a caller prefers its own session"
+        );
+    }
+
+    let refusal = |r: Reply| {
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(
+        refusal(call("/threads/t", "")),
+        (
+            403,
+            "caller attestation requires session credentials".into()
+        )
+    );
+    assert_eq!(
+        refusal(call("/threads/t", "Pinboard-Session-Secret: wrong\r\n")),
+        (403, "invalid session secret".into())
+    );
+    let r = get_with(
+        &f,
+        "/threads/t",
+        "Host: e\r\nPinboard-From: /threads/caller-1\r\nPinboard-Session: nobody\r\nPinboard-Session-Secret: x\r\n",
+    );
+    assert_eq!(refusal(r), (403, "unknown session".into()));
+    let with_from = |from: &str, depth: &str| {
+        get_with(
+            &f,
+            "/threads/t",
+            &format!(
+                "Host: e\r\nPinboard-From: {from}\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n{depth}"
+            ),
+        )
+    };
+    assert_eq!(
+        refusal(with_from("caller-1", "")),
+        (403, "malformed caller claim".into())
+    );
+    assert_eq!(
+        refusal(with_from("/threads/not-held", "")),
+        (403, "caller placement mismatch".into())
+    );
+    for depth in ["x", "1234567890", ""] {
+        let r = with_from(
+            "/threads/caller-1",
+            &format!("Pinboard-Subrequest-Depth: {depth}\r\n"),
+        );
+        assert_eq!(
+            refusal(r),
+            (403, "malformed subrequest depth".into()),
+            "{depth:?}"
+        );
+    }
+    let r = with_from("/threads/caller-1", "Pinboard-Subrequest-Depth: 51\r\n");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (508, r#"{"error":"subrequest depth exceeded"}"#)
+    );
+    assert_eq!(
+        with_from("/threads/caller-1", "Pinboard-Subrequest-Depth: 50\r\n").status,
+        200
+    );
+    let r = get_with(
+        &f,
+        "/docs/elsewhere",
+        &format!(
+            "Host: e\r\nPinboard-From: /threads/caller-1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n"
+        ),
+    );
+    assert_eq!(refusal(r), (403, "target outside caller scope".into()));
+}
+
+fn credential(claims: Value) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("JWT".into());
+    let key = jsonwebtoken::EncodingKey::from_secret(support::node::SECRET.as_bytes()).unwrap();
+    jsonwebtoken::encode(&header, &claims, &key).unwrap()
+}
+
+#[test]
+fn data_plane_passport() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pinboard.toml");
+    std::fs::write(
+        &file,
+        "[namespaces.\"/threads\"]\nscopes = [\"threads:read\"]\n",
+    )
+    .unwrap();
+    let f = Fixture::new(&[("PINBOARD_CONFIG", file.to_str().unwrap())]);
+    f.warm();
+    let a = TestWorker::start("secret-a");
+    let sa = f.registered(&a, "a");
+    let bearer = |t: &str| format!("Host: e\r\nAuthorization: Bearer {t}\r\n");
+    let refusal = |r: Reply| {
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+
+    assert_eq!(
+        refusal(get(f.node.addr, "/threads/p1", None)),
+        (401, "authentication required".into())
+    );
+    assert_eq!(
+        refusal(get_with(&f, "/threads/p1", &bearer("garbage"))),
+        (401, "invalid credential".into())
+    );
+    let reader = credential(json!({
+        "sub": "user-1", "scope": "threads:read pinboard:worker other", "team": "blue",
+        "pinboard": {"namespaces": ["*"]}, "exp": 4_000_000_000u64
+    }));
+    let lacking = credential(json!({"sub": "user-2", "scope": "other", "exp": 4_000_000_000u64}));
+    assert_eq!(
+        refusal(get_with(&f, "/threads/p1", &bearer(&lacking))),
+        (403, "insufficient scope".into())
+    );
+    assert_eq!(
+        refusal(get_with(&f, "/docs/p1", &bearer(&reader))),
+        (403, "namespace not allowed".into())
+    );
+    let fenced = credential(
+        json!({"sub": "u", "scope": "threads:read", "pinboard": {"namespaces": ["/docs"]}, "exp": 4_000_000_000u64}),
+    );
+    assert_eq!(
+        refusal(get_with(&f, "/threads/p1", &bearer(&fenced))),
+        (403, "namespace not allowed".into())
+    );
+
+    let seen = echo(&get_with(&f, "/threads/p1", &bearer(&reader)));
+    assert!(
+        seen["headers"].get("authorization").is_some(),
+        "end-to-end headers pass"
+    );
+    let acct = &attested_claims(&seen)["acct"];
+    assert_eq!(acct["sub"], "user-1");
+    assert_eq!(acct["scopes"], json!(["threads:read", "other"]));
+    assert_eq!(acct["claims"]["team"], "blue");
+    assert!(acct["claims"].get("pinboard").is_none());
+
+    // A verified caller bypasses the passport.
+    assert_eq!(owner_of(&f, "default", "/threads", "p1"), sa);
+    let r = get_with(
+        &f,
+        "/threads/p2",
+        &format!(
+            "Host: e\r\nPinboard-From: /threads/p1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n"
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(attested_claims(&echo(&r)).get("acct").is_none());
+}

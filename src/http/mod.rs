@@ -14,6 +14,6 @@ pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use head::{Framing, HeadDecoder, HeadError};
 pub use json::read_json;
-pub use request::{BodyError, Request, read_into};
+pub use request::{BodyError, Request, Upgraded, read_into};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};

@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Version, header};
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use monoio::net::TcpStream;
 
 use super::chunked::{ChunkedDecoder, Piece};
 use super::head::Framing;
@@ -229,6 +230,32 @@ impl<'c> Request<'c> {
     /// then linger so the client sees it rather than a reset).
     pub(super) fn body_unread(&self) -> bool {
         !matches!(self.body, BodyState::Done)
+    }
+}
+
+/// The client connection's raw halves once a handler switched protocols (a relayed `101`):
+/// from then on bytes are copied as they come, and no HTTP is read or written on it again.
+pub struct Upgraded<'a> {
+    /// Bytes the client sent past the request: the new protocol's first bytes, which may have
+    /// arrived with the head. They go out before anything read from `reader`.
+    pub buffered: &'a mut BytesMut,
+    pub reader: &'a mut OwnedReadHalf<TcpStream>,
+    pub writer: &'a mut OwnedWriteHalf<TcpStream>,
+}
+
+impl Request<'_> {
+    /// Hands the connection over after the handler wrote and flushed a `101 Switching
+    /// Protocols`; the handler then answers [`super::Response::relayed`] with `close`.
+    pub fn upgraded(&mut self) -> Upgraded<'_> {
+        // Whatever the handler answers, the server loop must not read another request off
+        // this connection: what follows the switch is not HTTP.
+        self.body = BodyState::Broken;
+        let (reader, buffered) = self.conn.reader.read_state_mut();
+        Upgraded {
+            buffered,
+            reader,
+            writer: &mut self.conn.writer,
+        }
     }
 }
 

@@ -1,17 +1,22 @@
 //! One forward: the request to the worker (head rewritten, body streamed), the worker's answer
 //! relayed to the client (head rewritten, body streamed), the connection pooled when it can be.
+//! An upgrade the worker accepts (`101`) turns the exchange into a byte tunnel between the two
+//! connections until both sides are done.
 
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::{Pin, pin};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, StatusCode, Version, header};
-use monoio::io::AsyncWriteRentExt;
+use http::{HeaderValue, Method, StatusCode, Version, header};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
 use super::headers::{self, BodyFraming, Forwarded};
 use super::pool::{Upstream, connect};
-use crate::http::{ChunkedDecoder, Persistence, Piece, Request, WorkerAddr, read_into};
+use crate::http::{ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -19,6 +24,9 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 pub enum Outcome {
     /// The worker's answer went to the client.
     Relayed { status: StatusCode, close: bool },
+    /// The worker switched protocols: its `101` went to the client, bytes were tunnelled both
+    /// ways until the end, and the client connection must close now.
+    Upgraded,
     /// The worker refused a new activation (`503` + `Pinned-Refusal: lease-unhealthy`);
     /// nothing was relayed.
     Refused,
@@ -30,6 +38,24 @@ pub enum Outcome {
     TimedOut,
     /// The client went away before or while the request was sent.
     ClientGone,
+}
+
+/// The protocol a request asks to switch to: its `Upgrade` value, when `Connection` lists
+/// `upgrade` too. RFC 9110 §7.8: an `Upgrade` without that is no request to switch, and one
+/// on an HTTP/1.0 request is ignored. Owned, as the request is borrowed mutably to forward it.
+pub fn upgrade_protocol(head: &http::request::Parts) -> Option<HeaderValue> {
+    if head.version != Version::HTTP_11 {
+        return None;
+    }
+    let asked = head.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|b| *b == b',')
+            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    if !asked {
+        return None;
+    }
+    head.headers.get(header::UPGRADE).cloned()
 }
 
 pub struct Exchange<'a> {
@@ -98,6 +124,19 @@ pub async fn exchange(
             }
         }
         match read_head(&mut upstream, exchange.timeout).await {
+            Ok(response) if response.status == StatusCode::SWITCHING_PROTOCOLS => {
+                // A switch nobody asked for cannot be relayed: the client would read the
+                // worker's new protocol as an HTTP answer.
+                if exchange.forwarded.upgrade.is_none() {
+                    return (Outcome::Failed, None);
+                }
+                // An upgraded connection carries the tunnel to its end: never pooled.
+                return (
+                    switch(req, upstream, &response, exchange.timeout).await,
+                    None,
+                );
+            }
+            // Anything else, upgrade asked or not, is an ordinary answer relayed as such.
             Ok(response) => return relay(req, upstream, response, exchange.timeout).await,
             Err(HeadFailure::TimedOut) => return (Outcome::TimedOut, None),
             Err(HeadFailure::Closed) if reused && replayable && attempt == 0 => continue,
@@ -277,6 +316,96 @@ async fn relay(
             },
             None,
         ),
+    }
+}
+
+/// Relays the worker's `101` (`response_head` restates `Connection: upgrade` and `Upgrade`),
+/// then tunnels bytes both ways.
+async fn switch(
+    req: &mut Request<'_>,
+    upstream: Upstream,
+    head: &http::response::Parts,
+    idle: Duration,
+) -> Outcome {
+    headers::response_head(
+        head.status,
+        &head.headers,
+        BodyFraming::None,
+        Persistence::Implicit,
+        req.output(),
+    );
+    if req.flush().await {
+        tunnel(req.upgraded(), upstream, idle).await;
+    }
+    Outcome::Upgraded
+}
+
+/// Copies client → worker and worker → client on this task until both directions are done.
+///
+/// An end of stream on one side is passed on as a half-close (`shutdown(SHUT_WR)` of the other
+/// side's socket) while the other direction keeps flowing, as TCP allows: a peer that stops
+/// sending may still be owed bytes (a WebSocket server's closing frame after the client's FIN,
+/// or any protocol's last answer after the request side shut), and closing both at the first
+/// EOF would cut those off or reset them. So that a peer which never closes after a half-close
+/// cannot pin the tunnel, the remaining direction ends once it moves nothing for `idle` (the
+/// forward timeout). A failure either way (reset, write error) ends both at once: the failed
+/// peer can take nothing more.
+async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration) {
+    let Upstream { stream, buf, .. } = upstream;
+    let (mut worker_read, mut worker_write) = stream.into_split();
+    let (sent, received) = (Cell::new(0u64), Cell::new(0u64));
+    // The client's bytes that came with (or after) its request head are already read; the
+    // worker's that came with its 101 are in the upstream buffer. Each goes first.
+    let pending = std::mem::take(client.buffered);
+    let mut outbound = pin!(pipe(pending, client.reader, &mut worker_write, &sent));
+    let mut inbound = pin!(pipe(buf, &mut worker_read, client.writer, &received));
+    let first = monoio::select! {
+        r = &mut outbound => r.map(|()| true),
+        r = &mut inbound => r.map(|()| false),
+    };
+    match first {
+        Ok(true) => finish(inbound, &received, idle).await,
+        Ok(false) => finish(outbound, &sent, idle).await,
+        Err(_) => {}
+    }
+}
+
+/// Lets the direction still open after a half-close run while it makes progress.
+async fn finish<F: Future<Output = std::io::Result<()>>>(
+    mut rest: Pin<&mut F>,
+    moved: &Cell<u64>,
+    idle: Duration,
+) {
+    loop {
+        let before = moved.get();
+        match monoio::time::timeout(idle, rest.as_mut()).await {
+            Ok(_) => return,
+            Err(_) if moved.get() == before => return,
+            Err(_) => {}
+        }
+    }
+}
+
+/// Copies `from` into `to`, starting with `buf` (bytes already read off `from`), until `from`
+/// ends; then half-closes `to`. `moved` counts the bytes delivered.
+async fn pipe<R: AsyncReadRent, W: AsyncWriteRent>(
+    mut buf: BytesMut,
+    from: &mut R,
+    to: &mut W,
+    moved: &Cell<u64>,
+) -> std::io::Result<()> {
+    loop {
+        if !buf.is_empty() {
+            let n = buf.len() as u64;
+            let (written, back) = to.write_all(buf).await;
+            buf = back;
+            written?;
+            buf.clear();
+            moved.set(moved.get() + n);
+        }
+        if read_into(from, &mut buf).await? == 0 {
+            return to.shutdown().await;
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`crate::placement`]) and forwarded over this core's keep-alive connections, signed with an
 //! attestation and fenced by the placement epoch; in-band refusals re-placed once.
 
+mod admission;
 mod attestation;
 mod forward;
 mod headers;
@@ -176,7 +177,9 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
     };
-    let upgrade = req.header(header::UPGRADE).is_some();
+    // The protocol an upgrade asks for, kept towards the worker.
+    let protocol = forward::upgrade_protocol(&req.head);
+    let upgrade = protocol.is_some();
     let replayable = !req.has_body() || upgrade;
     let timeout = Duration::from_millis(config.forwards.timeout_ms);
     let mut exclude: Option<String> = None;
@@ -203,18 +206,27 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     } else {
         None
     };
+    let env = binding.as_ref().map_or(SINGLE_ENV, |b| b.env.as_str());
+    let admitted = match admission::admit(core, req, route.ns, &hostname, env).await? {
+        Ok(admitted) => admitted,
+        Err(refusal) => return Ok(refusal),
+    };
+    let prefer = admitted
+        .caller_session
+        .as_ref()
+        .map(|s| s.session_id.as_str());
     let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req)
         .map(|k| k.into_owned());
 
     // Once, and once more after an in-band refusal (excluding the refusing worker).
     for attempt in 0..2 {
         let ask = placement::Request {
-            env: binding.as_ref().map_or(SINGLE_ENV, |b| b.env.as_str()),
+            env,
             ns: route.ns,
             id: route.id,
             hostname: &hostname,
             exclude: exclude.as_deref(),
-            prefer: None,
+            prefer,
             affinity: affinity.as_deref(),
             takeover: binding.as_ref().map_or("", |b| b.takeover.as_str()),
             binding_quarantine: binding.as_ref().map_or(0, |b| b.quarantine),
@@ -249,9 +261,13 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             let iat = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            worker
-                .signer
-                .sign_into(&placement.session_id, iat, None, claims, token);
+            worker.signer.sign_into(
+                &placement.session_id,
+                iat,
+                admitted.claims.as_deref().map(Extra),
+                claims,
+                token,
+            );
             Bytes::copy_from_slice(token)
         };
         let exchange = forward::Exchange {
@@ -261,7 +277,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
                 peer: req.peer.ip(),
                 epoch: &placement.epoch,
                 attestation: &attestation,
-                upgrade: None,
+                upgrade: protocol.as_ref().map(|p| p.as_bytes()),
             },
             timeout,
         };
@@ -272,10 +288,15 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         }
         match outcome {
             forward::Outcome::Relayed { status, close } => {
-                if status.is_success() && placement.overwritten {
+                // Only HTTP forwards clear the marker, not an upgrade a worker declined.
+                if status.is_success() && placement.overwritten && !upgrade {
                     placement::clear_overwritten(core, &ask, &placement.epoch).await?;
                 }
                 return Ok(Response::relayed(status, close));
+            }
+            // The tunnel is over: that client connection carries nothing more.
+            forward::Outcome::Upgraded => {
+                return Ok(Response::relayed(StatusCode::SWITCHING_PROTOCOLS, true));
             }
             forward::Outcome::Refused => {
                 placement::release(core, &ask, &placement).await?;

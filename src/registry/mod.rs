@@ -27,6 +27,7 @@ use crate::redis::CONTROL_PUSH;
 
 pub use fields::{valid_id, valid_namespace};
 pub use session::{SINGLE_ENV, Session, Takeover};
+pub use store::load_session;
 
 pub const WORKER_SCOPE: &str = "pinboard:worker";
 pub const OPERATOR_SCOPE: &str = "pinboard:operator";

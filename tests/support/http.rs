@@ -114,6 +114,51 @@ impl Client {
         self.buf.is_empty() && matches!(self.stream.read(&mut [0u8; 1]), Ok(0) | Err(_))
     }
 
+    /// Reads exactly `n` raw bytes (after a `101`, say): what is buffered first, then the
+    /// socket. Panics when the connection ends or nothing arrives within the read timeout.
+    pub fn read_raw(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            assert!(
+                self.fill() > 0,
+                "closed or timed out after {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+        }
+        self.buf.drain(..n).collect()
+    }
+
+    /// Everything until the server closes the connection: `Some(bytes)` once an end of stream
+    /// arrives within `limit`, `None` when the connection is still open then.
+    pub fn read_until_eof(&mut self, limit: Duration) -> Option<Vec<u8>> {
+        self.stream.set_read_timeout(Some(limit)).unwrap();
+        let mut chunk = [0u8; 16384];
+        let result = loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break Some(std::mem::take(&mut self.buf)),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break None;
+                }
+                // A reset is no clean end: what was sent before it may be lost.
+                Err(e) => panic!("connection failed instead of closing: {e}"),
+            }
+        };
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        result
+    }
+
+    /// Sends an end of stream while still reading (a TCP half-close).
+    pub fn shutdown_write(&mut self) {
+        self.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 16384];
         match self.stream.read(&mut chunk) {

@@ -42,6 +42,22 @@ pub enum Serve {
     Hang,
     /// Closes the connection without answering.
     Drop,
+    /// `101 Switching Protocols` + `Upgrade: websocket` with a greeting (`hello\n`) sent in the
+    /// same write as the head, then raw bytes echoed back uppercased. `quit` makes the worker
+    /// close the connection; at the client's end of stream it answers `bye\n` (the client's
+    /// half-close must not cut off what the worker still sends) and closes.
+    Upgrade,
+}
+
+/// How an upgraded connection ended on the worker's side.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TunnelEnd {
+    /// The client's side ended (end of stream reached the worker).
+    ClientClosed,
+    /// The worker closed it after `quit`.
+    WorkerClosed,
+    /// A read or write failed.
+    Failed,
 }
 
 #[derive(Clone, Debug)]
@@ -69,6 +85,7 @@ struct State {
     serve: Serve,
     values: HashMap<String, String>,
     seen: Vec<Seen>,
+    tunnels: Vec<TunnelEnd>,
 }
 
 pub struct TestWorker {
@@ -87,6 +104,7 @@ impl TestWorker {
             serve: Serve::Echo,
             values: HashMap::new(),
             seen: Vec::new(),
+            tunnels: Vec::new(),
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (state.clone(), stop.clone());
@@ -149,6 +167,11 @@ impl TestWorker {
             .into_iter()
             .filter(|s| !s.path.starts_with("/_pinned/"))
             .collect()
+    }
+
+    /// How each upgraded connection has ended so far.
+    pub fn tunnel_ends(&self) -> Vec<TunnelEnd> {
+        self.state.lock().unwrap().tunnels.clone()
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -275,6 +298,11 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
         };
         let keep = if path.starts_with("/_pinned/challenge") {
             answer_probe(&mut conn, mode, &seen, &secret, value)
+        } else if serve == Serve::Upgrade {
+            // What follows the head (bytes sent right after it) already belongs to the tunnel.
+            let end = upgrade_echo(&mut conn, std::mem::take(&mut buf));
+            state.lock().unwrap().tunnels.push(end);
+            false
         } else {
             answer_instance(&mut conn, serve, &seen)
         };
@@ -348,6 +376,36 @@ fn answer_instance(conn: &mut TcpStream, serve: Serve, seen: &Seen) -> bool {
             false
         }
         Serve::Drop => false,
+        Serve::Upgrade => unreachable!("served by upgrade_echo"),
+    }
+}
+
+/// Answers `101`, then echoes raw bytes uppercased until the client's end of stream or `quit`.
+fn upgrade_echo(conn: &mut TcpStream, early: Vec<u8>) -> TunnelEnd {
+    let head = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nPinboard-Internal: must not leak\r\n\r\nhello\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return TunnelEnd::Failed;
+    }
+    let mut data = early;
+    let mut chunk = [0u8; 16384];
+    loop {
+        if find(&data, b"quit").is_some() {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            return TunnelEnd::WorkerClosed;
+        }
+        if !data.is_empty() && conn.write_all(&data.to_ascii_uppercase()).is_err() {
+            return TunnelEnd::Failed;
+        }
+        data.clear();
+        match conn.read(&mut chunk) {
+            Ok(0) => {
+                let _ = conn.write_all(b"bye\n");
+                return TunnelEnd::ClientClosed;
+            }
+            Ok(k) => data.extend_from_slice(&chunk[..k]),
+            Err(_) => return TunnelEnd::Failed,
+        }
     }
 }
 

@@ -1,0 +1,225 @@
+//! Who may send a data-plane request, decided before placement:
+//!
+//! - an instance calling another (caller attestation: `Pinboard-From`, `Pinboard-Session`,
+//!   `Pinboard-Session-Secret`, `Pinboard-Subrequest-Depth`), verified against the calling
+//!   session and its placement row, and kept inside the caller's registration;
+//! - otherwise, when `namespaces` rules are configured, a Passport credential carrying the
+//!   namespace's scopes (the data-plane passport);
+//! - otherwise anyone.
+//!
+//! What it admits travels on in the attestation: `caller` and `depth`, or `acct`.
+
+use http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use crate::error::Error;
+use crate::http::Response;
+use crate::node::Core;
+use crate::passport::Unauthorized;
+use crate::redis::bucket_of;
+use crate::registry::{Session, load_session, valid_id, valid_namespace};
+
+/// Deepest chain of instance-to-instance calls allowed.
+const MAX_DEPTH: u32 = 50;
+
+#[derive(Default)]
+pub struct Admitted {
+    /// A verified caller's own session, preferred for a new placement.
+    pub caller_session: Option<Session>,
+    /// Extra attestation claims, as JSON members (`"caller":…,"depth":…` or `"acct":…`).
+    pub claims: Option<Vec<u8>>,
+}
+
+fn forbidden(message: &str) -> Response {
+    Response::error(StatusCode::FORBIDDEN, message)
+}
+
+fn header<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r str> {
+    req.head.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Admits the request for `ns` (reached as `hostname`, in `env`), or answers the refusal.
+pub async fn admit(
+    core: &Core,
+    req: &crate::http::Request<'_>,
+    ns: &str,
+    hostname: &str,
+    env: &str,
+) -> Result<Result<Admitted, Response>, Error> {
+    let caller_headers = [
+        "pinboard-from",
+        "pinboard-session",
+        "pinboard-session-secret",
+        "pinboard-subrequest-depth",
+    ];
+    if caller_headers
+        .iter()
+        .any(|h| req.head.headers.contains_key(*h))
+    {
+        return caller(core, req, ns, hostname, env).await;
+    }
+    Ok(passport(core, req, ns))
+}
+
+async fn caller(
+    core: &Core,
+    req: &crate::http::Request<'_>,
+    ns: &str,
+    hostname: &str,
+    env: &str,
+) -> Result<Result<Admitted, Response>, Error> {
+    let (Some(session_id), Some(secret)) = (
+        header(req, "pinboard-session"),
+        header(req, "pinboard-session-secret"),
+    ) else {
+        return Ok(Err(forbidden(
+            "caller attestation requires session credentials",
+        )));
+    };
+    let Some(session) = load_session(core, session_id).await? else {
+        return Ok(Err(forbidden("unknown session")));
+    };
+    // Compared in constant time: the secret is what proves the caller is that worker.
+    if !constant_time_eq(session.secret.as_bytes(), secret.as_bytes()) {
+        return Ok(Err(forbidden("invalid session secret")));
+    }
+    let from = header(req, "pinboard-from").unwrap_or("");
+    let Some((caller_ns, caller_id)) = split_caller(from) else {
+        return Ok(Err(forbidden("malformed caller claim")));
+    };
+    let depth = match header(req, "pinboard-subrequest-depth") {
+        None => 0,
+        Some(d) if !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit()) => {
+            d.parse::<u32>().expect("at most 9 digits")
+        }
+        Some(_) => return Ok(Err(forbidden("malformed subrequest depth"))),
+    };
+    if depth > MAX_DEPTH {
+        return Ok(Err(Response::error(
+            StatusCode::LOOP_DETECTED,
+            "subrequest depth exceeded",
+        )));
+    }
+    // The caller must really hold the instance it speaks for.
+    let bucket = bucket_of(caller_id, core.shared.config.shards);
+    let key = core
+        .keys
+        .placements(bucket, session.env_of(caller_ns), caller_ns);
+    let row = core
+        .redis
+        .cmd(&[b"HGET", key.as_bytes(), caller_id.as_bytes()])
+        .await?;
+    let owner = row
+        .as_bytes()
+        .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
+        .and_then(|row| row.get("sessionId")?.as_str().map(str::to_owned));
+    if owner.as_deref() != Some(session.session_id.as_str()) {
+        return Ok(Err(forbidden("caller placement mismatch")));
+    }
+    // And may only reach inside its own registration.
+    let inside = session.namespaces.iter().any(|n| n == ns)
+        && session.hostname.as_deref().unwrap_or("") == hostname
+        && (session.hostname.is_none() || session.env_of(ns) == env);
+    if !inside {
+        return Ok(Err(forbidden("target outside caller scope")));
+    }
+    let claims = format!(
+        "\"caller\":{},\"depth\":{depth}",
+        Value::String(format!("{caller_ns}/{caller_id}"))
+    );
+    Ok(Ok(Admitted {
+        caller_session: Some(session),
+        claims: Some(claims.into_bytes()),
+    }))
+}
+
+/// `/ns/id` → (`/ns`, `id`).
+fn split_caller(from: &str) -> Option<(&str, &str)> {
+    let rest = from.strip_prefix('/')?;
+    let (seg, id) = rest.split_once('/')?;
+    let ns = &from[..seg.len() + 1];
+    (valid_namespace(ns) && valid_id(id)).then_some((ns, id))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The data-plane passport: only when `namespaces` rules are configured.
+fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Admitted, Response> {
+    let rules = &core.shared.config.namespaces;
+    if rules.is_empty() {
+        return Ok(Admitted::default());
+    }
+    let authorization = req
+        .header(http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let credential = core
+        .shared
+        .passport
+        .verify(authorization)
+        .map_err(|e| match e {
+            Unauthorized::Missing => {
+                Response::error(StatusCode::UNAUTHORIZED, "authentication required")
+            }
+            Unauthorized::Invalid(_) => {
+                Response::error(StatusCode::UNAUTHORIZED, "invalid credential")
+            }
+        })?;
+    let Some(rule) = rules.get(ns) else {
+        return Err(forbidden("namespace not allowed"));
+    };
+    // A credential that also carries a route claim is held to its namespaces.
+    if let Ok(claim) = credential.route_claim()
+        && !claim.allows_namespace(ns)
+    {
+        return Err(forbidden("namespace not allowed"));
+    }
+    if !rule.scopes.iter().all(|s| credential.has_scope(s)) {
+        return Err(forbidden("insufficient scope"));
+    }
+    let mut acct = Map::new();
+    acct.insert(
+        "sub".into(),
+        credential.sub.clone().map_or(Value::Null, Value::String),
+    );
+    let scopes: Vec<&String> = credential
+        .scopes
+        .iter()
+        .filter(|s| !s.starts_with("pinboard:"))
+        .collect();
+    if !scopes.is_empty() {
+        acct.insert("scopes".into(), json!(scopes));
+    }
+    acct.insert(
+        "claims".into(),
+        Value::Object(credential.claims_without_route().clone()),
+    );
+    let claims = format!("\"acct\":{}", Value::Object(acct));
+    Ok(Admitted {
+        caller_session: None,
+        claims: Some(claims.into_bytes()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caller_claims() {
+        assert_eq!(split_caller("/threads/abc"), Some(("/threads", "abc")));
+        for bad in [
+            "threads/abc",
+            "/threads",
+            "/threads/",
+            "/a/b/c",
+            "/a b/c",
+            "",
+        ] {
+            assert_eq!(split_caller(bad), None, "{bad:?}");
+        }
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"abc", b"ab"));
+    }
+}
