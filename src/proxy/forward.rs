@@ -6,7 +6,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
@@ -38,6 +38,8 @@ pub enum Outcome {
     TimedOut,
     /// The client went away before or while the request was sent.
     ClientGone,
+    /// The resolution grew older than [`STALE`] before anything was sent.
+    Stale,
 }
 
 /// The protocol a request asks to switch to: its `Upgrade` value, when `Connection` lists
@@ -63,7 +65,13 @@ pub struct Exchange<'a> {
     pub path_and_query: &'a str,
     pub forwarded: Forwarded<'a>,
     pub timeout: Duration,
+    /// When the placement was resolved: a resolution older than [`STALE`] by the time the
+    /// request would be sent is not used. `None`: send regardless (re-resolved enough).
+    pub resolved_at: Option<Instant>,
 }
+
+/// How old a resolution may be when its forward is sent.
+pub const STALE: Duration = Duration::from_secs(5);
 
 /// Sends the request on `conn` (or a fresh connection) and relays the answer. Returns the
 /// connection when it may carry another request.
@@ -107,6 +115,11 @@ pub async fn exchange(
                 Err(_) => return (Outcome::Unreachable, None),
             },
         };
+        // A slow connect can outlive the placement it was for; the worker's epoch guard
+        // would catch it, but re-resolving first costs less than a refused forward.
+        if exchange.resolved_at.is_some_and(|at| at.elapsed() > STALE) {
+            return (Outcome::Stale, Some(upstream));
+        }
         let reused = upstream.reused;
         let (sent, head_back) = upstream.stream.write_all(head).await;
         head = head_back;

@@ -180,7 +180,8 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     // The protocol an upgrade asks for, kept towards the worker.
     let protocol = forward::upgrade_protocol(&req.head);
     let upgrade = protocol.is_some();
-    let replayable = !req.has_body() || upgrade;
+    // Only a request without a body can be sent again after an in-band refusal.
+    let replayable = !req.has_body();
     let timeout = Duration::from_millis(config.forwards.timeout_ms);
     let mut exclude: Option<String> = None;
 
@@ -218,8 +219,10 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req)
         .map(|k| k.into_owned());
 
-    // Once, and once more after an in-band refusal (excluding the refusing worker).
-    for attempt in 0..2 {
+    // Once, once more after an in-band refusal (excluding the refusing worker), and up to
+    // twice more when a resolution went stale before its forward was sent.
+    let (mut refused, mut stale) = (0, 0);
+    loop {
         let ask = placement::Request {
             env,
             ns: route.ns,
@@ -231,9 +234,10 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             takeover: binding.as_ref().map_or("", |b| b.takeover.as_str()),
             binding_quarantine: binding.as_ref().map_or(0, |b| b.quarantine),
         };
+        let resolved_at = Instant::now();
         let placement = match placement::resolve(core, &ask).await? {
             Outcome::Forward(p) => p,
-            Outcome::NoBackends if attempt > 0 => {
+            Outcome::NoBackends if refused > 0 => {
                 return Ok(unavailable(
                     "worker refused activation, retry",
                     Duration::ZERO,
@@ -280,6 +284,9 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),
             },
             timeout,
+            // After two re-resolves the forward goes anyway: the worker's epoch guard catches
+            // one that is still stale.
+            resolved_at: (stale < 2).then_some(resolved_at),
         };
         let pooled = core.proxy.pool.take(&worker.url);
         let (outcome, back) = forward::exchange(req, &exchange, pooled).await;
@@ -301,7 +308,8 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             forward::Outcome::Refused => {
                 placement::release(core, &ask, &placement).await?;
                 core.counters().count("nack");
-                if attempt == 0 && replayable {
+                if refused == 0 && replayable {
+                    refused += 1;
                     exclude = Some(placement.session_id.clone());
                     continue;
                 }
@@ -328,9 +336,9 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             forward::Outcome::ClientGone => {
                 return Ok(Response::empty(StatusCode::BAD_GATEWAY).closing());
             }
+            forward::Outcome::Stale => stale += 1,
         }
     }
-    unreachable!("the second attempt always returns")
 }
 
 #[cfg(test)]
