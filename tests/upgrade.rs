@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::json;
+use support::attest::claims_of;
 use support::fleet::Fixture;
 use support::http::{Client, Reply, get};
 use support::node::eventually;
@@ -22,22 +22,6 @@ const UPGRADE_HEAD: &str = "Host: edge\r\nConnection: keep-alive, Upgrade\r\nUpg
 
 fn upgrade_request(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\n{UPGRADE_HEAD}")
-}
-
-fn claims_of(token: &str, secret: &str) -> Value {
-    use hmac::{Hmac, KeyInit, Mac};
-    let mut parts = token.split('.');
-    let (h, c, s) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
-    mac.update(format!("{h}.{c}").as_bytes());
-    mac.verify_slice(&b64.decode(s).unwrap())
-        .expect("signed with the worker's secret");
-    serde_json::from_slice(&b64.decode(c).unwrap()).unwrap()
 }
 
 fn warm_fleet(env: &[(&str, &str)]) -> (Fixture, TestWorker, String) {

@@ -10,21 +10,8 @@ use pinboard::config::DriverKind;
 use pinboard::http::WorkerAddr;
 
 /// Hostname-aware mode's policy when another hostname's worker holds an instance this
-/// worker's hostname asks for (spec "Placement").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Takeover {
-    WindDown,
-    Deny,
-}
-
-impl Takeover {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Takeover::WindDown => "wind_down",
-            Takeover::Deny => "deny",
-        }
-    }
-}
+/// worker's hostname asks for (spec "Placement"): the registry's own type.
+pub use pinboard::registry::Takeover;
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -2,6 +2,7 @@
 //! part of it, so unused items are expected here.
 #![allow(dead_code)]
 
+pub mod attest;
 pub mod fleet;
 pub mod http;
 pub mod node;
