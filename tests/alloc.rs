@@ -1,0 +1,203 @@
+//! The forward's per-request work allocates nothing once its reused buffers have grown: the
+//! attestation token, both rewritten heads and the resolve command. Counted, not timed: this
+//! binary's global allocator counts the allocations of the calling thread (tests run on threads
+//! of their own, so they do not see each other's).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+
+use bytes::BytesMut;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use pinboard::http::Persistence;
+use pinboard::proxy::{BodyFraming, Forwarded, Signer, request_head, response_head};
+use pinboard::redis::{RESOLVE, encode_command};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // `try_with`: the allocator is still called while a thread's locals are torn down.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting touches only a
+// const-initialized thread-local, which never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count();
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Allocations made by 100 calls of `call` after one warm-up call (which may grow buffers).
+fn allocations_after_warm_up(mut call: impl FnMut()) -> u64 {
+    call();
+    let before = ALLOCATIONS.with(Cell::get);
+    for _ in 0..100 {
+        call();
+    }
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut map = HeaderMap::new();
+    for (name, value) in pairs {
+        map.append(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    map
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    let n = allocations_after_warm_up(|| {
+        black_box(Vec::<u8>::with_capacity(black_box(64)));
+    });
+    assert_eq!(n, 100);
+}
+
+#[test]
+fn signing_allocates_nothing() {
+    let signer = Signer::new(b"0f1e2d3c4b5a69788796a5b4c3d2e1f0");
+    let (mut scratch, mut out) = (Vec::new(), Vec::new());
+    let n = allocations_after_warm_up(|| {
+        out.clear();
+        signer.sign_into(
+            black_box("9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c"),
+            black_box(1_764_400_000),
+            None,
+            &mut scratch,
+            &mut out,
+        );
+    });
+    assert_eq!(n, 0, "Signer::sign_into allocated {n} times in 100 calls");
+}
+
+#[test]
+fn request_head_allocates_nothing() {
+    let inbound = headers(&[
+        ("host", "edge.example.com"),
+        ("user-agent", "curl/8.5.0"),
+        ("accept", "application/json"),
+        ("authorization", "Bearer a.b.c"),
+        ("content-type", "application/json"),
+        ("content-length", "512"),
+        ("x-forwarded-for", "198.51.100.4"),
+        ("connection", "keep-alive, x-hop"),
+        ("x-hop", "1"),
+        ("keep-alive", "timeout=5"),
+        ("pinboard-epoch", "999"),
+        ("pinboard-attestation", "forged"),
+    ]);
+    let mut dst = BytesMut::new();
+    for (peer, upgrade) in [
+        ("203.0.113.7", None),
+        ("2001:db8::17", Some(&b"websocket"[..])),
+    ] {
+        let forwarded = Forwarded {
+            peer: peer.parse().unwrap(),
+            epoch: "1764400000123",
+            attestation: b"header.claims.signature",
+            upgrade,
+        };
+        let n = allocations_after_warm_up(|| {
+            dst.clear();
+            request_head(
+                &Method::POST,
+                "/w",
+                black_box("/threads/abc123/messages?limit=20"),
+                &inbound,
+                &forwarded,
+                BodyFraming::Length(black_box(512)),
+                &mut dst,
+            );
+        });
+        assert_eq!(
+            n, 0,
+            "request_head (peer {peer}) allocated {n} times in 100 calls"
+        );
+    }
+}
+
+#[test]
+fn response_head_allocates_nothing() {
+    let outbound = headers(&[
+        ("content-type", "application/json"),
+        ("content-length", "2048"),
+        ("date", "Sat, 29 Nov 2026 12:00:00 GMT"),
+        ("server", "pinned-example"),
+        ("cache-control", "no-store"),
+        ("etag", "\"5f3a9c\""),
+        ("set-cookie", "seen=1; Path=/"),
+        ("connection", "keep-alive"),
+        ("keep-alive", "timeout=75"),
+        ("pinboard-session", "9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c"),
+    ]);
+    let mut dst = BytesMut::new();
+    for framing in [BodyFraming::Length(2048), BodyFraming::Chunked] {
+        let n = allocations_after_warm_up(|| {
+            dst.clear();
+            response_head(
+                black_box(StatusCode::OK),
+                &outbound,
+                framing,
+                Persistence::KeepAlive,
+                &mut dst,
+            );
+        });
+        assert_eq!(
+            n, 0,
+            "response_head ({framing:?}) allocated {n} times in 100 calls"
+        );
+    }
+}
+
+#[test]
+fn resolve_command_encoding_allocates_nothing() {
+    let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"1"];
+    let args: [&[u8]; 13] = [
+        b"default",
+        b"/threads",
+        b"abc123",
+        b"",
+        b"15000",
+        b"",
+        b"",
+        b"",
+        b"2",
+        b"[]",
+        b"0.8154360929416373",
+        b"0.24211950476474906",
+        b"",
+    ];
+    let parts: [&[&[u8]]; 3] = [&head, &[b"pinboard:{17}:"], &args];
+    let mut buf = BytesMut::new();
+    let n = allocations_after_warm_up(|| {
+        buf.clear();
+        encode_command(&mut buf, black_box(&parts));
+    });
+    assert_eq!(n, 0, "encode_command allocated {n} times in 100 calls");
+}
