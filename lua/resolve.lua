@@ -9,7 +9,7 @@
 -- ARGV[8]  affinity key ('' for none)
 -- ARGV[9]  balance factor
 -- ARGV[10] JSON [sessionId, ...] this node has ejected as outliers
--- ARGV[11] ARGV[12]  two random numbers in [0, 1) for the power-of-two choice
+-- ARGV[11] ARGV[12]  two random unsigned integers for the power-of-two choice
 -- ARGV[13] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
 -- ARGV[14] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
 --
@@ -135,8 +135,8 @@ end
 
 -- 6. Otherwise power of two: two random candidates, the higher headroom wins.
 if not chosen then
-  local a = candidates[math.floor(tonumber(ARGV[11]) * #candidates) + 1]
-  local b = candidates[math.floor(tonumber(ARGV[12]) * #candidates) + 1]
+  local a = candidates[(tonumber(ARGV[11]) % #candidates) + 1]
+  local b = candidates[(tonumber(ARGV[12]) % #candidates) + 1]
   chosen = (b.headroom > a.headroom) and b or a
 end
 

@@ -16,6 +16,7 @@ use crate::http::{Handler, Limits, Request, Response};
 use crate::metrics::CoreCounters;
 use crate::operator;
 use crate::passport::Passport;
+use crate::placement;
 use crate::proxy::{self, Proxy};
 use crate::redis::{Keys, Redis, RedisOptions};
 use crate::registry;
@@ -64,6 +65,7 @@ pub struct Core {
     pub redis: Redis,
     pub keys: Keys,
     pub proxy: Proxy,
+    pub resolve_constants: placement::Constants,
 }
 
 impl Core {
@@ -74,6 +76,7 @@ impl Core {
         let keys = Keys::new(config.prefix.clone(), config.shards);
         let proxy = Proxy::new(config.forwards.max_inflight, config.cores());
         Core {
+            resolve_constants: placement::Constants::new(config),
             shared,
             index,
             redis,

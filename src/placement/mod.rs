@@ -154,15 +154,34 @@ pub async fn binding(
     Ok(Err(refusal))
 }
 
+/// Per-core constants of every resolve, formatted once.
+pub struct Constants {
+    lease: String,
+    balance: String,
+}
+
+impl Constants {
+    pub fn new(config: &crate::config::Config) -> Constants {
+        Constants {
+            lease: config.lease_ttl_ms.to_string(),
+            balance: config.balance_factor.to_string(),
+        }
+    }
+}
+
 pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
-    let config = &core.shared.config;
-    let bucket = bucket_of(req.id, config.shards);
-    let lease = config.lease_ttl_ms.to_string();
-    let balance = config.balance_factor.to_string();
-    let (r1, r2): (f64, f64) = (rand::random(), rand::random());
-    let (r1, r2) = (r1.to_string(), r2.to_string());
+    let bucket = bucket_of(req.id, core.shared.config.shards);
+    // Integers formatted on the stack: a resolve allocates nothing to build its arguments.
+    let (mut r1, mut r2, mut quarantine) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
+    let r1 = r1.format(rand::random::<u32>());
+    let r2 = r2.format(rand::random::<u32>());
+    let quarantine = quarantine.format(req.binding_quarantine);
     let ejected = core.proxy.ejected_json();
-    let quarantine = req.binding_quarantine.to_string();
+    let constants = &core.resolve_constants;
     let reply = core
         .redis
         .evalsha(
@@ -173,11 +192,11 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
                 req.ns.as_bytes(),
                 req.id.as_bytes(),
                 req.hostname.as_bytes(),
-                lease.as_bytes(),
+                constants.lease.as_bytes(),
                 req.exclude.unwrap_or("").as_bytes(),
                 req.prefer.unwrap_or("").as_bytes(),
                 req.affinity.unwrap_or("").as_bytes(),
-                balance.as_bytes(),
+                constants.balance.as_bytes(),
                 ejected.as_bytes(),
                 r1.as_bytes(),
                 r2.as_bytes(),

@@ -8,6 +8,7 @@ mod forward;
 mod headers;
 mod pool;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -84,13 +85,15 @@ impl Proxy {
     }
 
     /// Sessions this core could not reach lately, as the JSON list `resolve.lua` takes.
-    pub fn ejected_json(&self) -> String {
+    pub fn ejected_json(&self) -> Cow<'static, str> {
         let mut ejected = self.ejected.borrow_mut();
-        if ejected.is_empty() {
-            return "[]".into();
-        }
         ejected.retain(|_, since| since.elapsed() < EJECTION);
-        serde_json::to_string(&ejected.keys().collect::<Vec<_>>()).expect("strings serialize")
+        if ejected.is_empty() {
+            return Cow::Borrowed("[]");
+        }
+        Cow::Owned(
+            serde_json::to_string(&ejected.keys().collect::<Vec<_>>()).expect("strings serialize"),
+        )
     }
 
     fn eject(&self, session: &str) {
