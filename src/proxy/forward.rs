@@ -74,11 +74,13 @@ pub struct Exchange<'a> {
 pub const STALE: Duration = Duration::from_secs(5);
 
 /// Sends the request on `conn` (or a fresh connection) and relays the answer. Returns the
-/// connection when it may carry another request.
+/// connection when it may carry another request. `head` is the caller's reusable buffer for
+/// the rewritten request head.
 pub async fn exchange(
     req: &mut Request<'_>,
     exchange: &Exchange<'_>,
     conn: Option<Upstream>,
+    head: &mut BytesMut,
 ) -> (Outcome, Option<Upstream>) {
     let framing = match (
         req.has_body(),
@@ -92,7 +94,7 @@ pub async fn exchange(
                 .unwrap_or(0),
         ),
     };
-    let mut head = BytesMut::with_capacity(1024);
+    head.clear();
     headers::request_head(
         req.method(),
         &exchange.addr.base,
@@ -100,7 +102,7 @@ pub async fn exchange(
         &req.head.headers,
         &exchange.forwarded,
         framing,
-        &mut head,
+        head,
     );
 
     // A request without a body can be sent again: a pooled connection the worker closed
@@ -121,8 +123,9 @@ pub async fn exchange(
             return (Outcome::Stale, Some(upstream));
         }
         let reused = upstream.reused;
-        let (sent, head_back) = upstream.stream.write_all(head).await;
-        head = head_back;
+        // The buffer goes to the kernel and comes back, so the caller can reuse it.
+        let (sent, head_back) = upstream.stream.write_all(std::mem::take(head)).await;
+        *head = head_back;
         if sent.is_err() {
             if reused && replayable && attempt == 0 {
                 continue;

@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ahash::AHashMap;
-use bytes::Bytes;
+use bytes::BytesMut;
 use http::{StatusCode, header};
 
 pub use attestation::{Extra, Signer};
@@ -46,7 +46,16 @@ pub struct Proxy {
     ejected: RefCell<AHashMap<String, Instant>>,
     /// In-flight forwards per worker on this core: `forwards.max_inflight` split across cores.
     cap: u32,
-    scratch: RefCell<(Vec<u8>, Vec<u8>)>,
+    /// Buffers of finished forwards, reused by the next ones instead of allocated again.
+    spare: RefCell<Vec<Buffers>>,
+}
+
+/// What one forward writes into: the attestation's claims and token, the request head.
+#[derive(Default)]
+struct Buffers {
+    claims: Vec<u8>,
+    token: Vec<u8>,
+    head: BytesMut,
 }
 
 impl Proxy {
@@ -57,7 +66,7 @@ impl Proxy {
             inflight: RefCell::default(),
             ejected: RefCell::default(),
             cap: max_inflight.div_ceil(threads.max(1) as u32).max(1),
-            scratch: RefCell::default(),
+            spare: RefCell::default(),
         }
     }
 
@@ -261,29 +270,25 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             ));
         };
 
-        let attestation = {
-            let mut scratch = core.proxy.scratch.borrow_mut();
-            let (claims, token) = &mut *scratch;
-            token.clear();
-            let iat = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            worker.signer.sign_into(
-                &placement.session_id,
-                iat,
-                admitted.claims.as_deref().map(Extra),
-                claims,
-                token,
-            );
-            Bytes::copy_from_slice(token)
-        };
+        let mut buffers = core.proxy.spare.borrow_mut().pop().unwrap_or_default();
+        let iat = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        buffers.token.clear();
+        worker.signer.sign_into(
+            &placement.session_id,
+            iat,
+            admitted.claims.as_deref().map(Extra),
+            &mut buffers.claims,
+            &mut buffers.token,
+        );
         let exchange = forward::Exchange {
             addr: &worker.addr,
             path_and_query: &path_and_query,
             forwarded: Forwarded {
                 peer: req.peer.ip(),
                 epoch: &placement.epoch,
-                attestation: &attestation,
+                attestation: &buffers.token,
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),
             },
             timeout,
@@ -292,7 +297,8 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
             resolved_at: (stale < 2).then_some(resolved_at),
         };
         let pooled = core.proxy.pool.take(&worker.url);
-        let (outcome, back) = forward::exchange(req, &exchange, pooled).await;
+        let (outcome, back) = forward::exchange(req, &exchange, pooled, &mut buffers.head).await;
+        core.proxy.spare.borrow_mut().push(buffers);
         if let Some(conn) = back {
             core.proxy.pool.put(&worker.url, conn);
         }
