@@ -99,15 +99,19 @@ impl Handler for Core {
             _ => {}
         }
         let base = self.shared.config.base_path.as_str();
-        let Some(path) = strip_base(req.path(), base).map(str::to_owned) else {
+        // The URI shares its bytes (a reference count, no copy): the path below the base can
+        // be borrowed from it while the request itself is handed on mutably.
+        let uri = req.head.uri.clone();
+        let Some(path) = strip_base(uri.path(), base) else {
             return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
         };
         if path == "/registry" || path.starts_with("/registry/") {
-            return registry::handle(self, req, &path).await;
+            return registry::handle(self, req, path).await;
         }
         // The data plane: `/{ns}/{id}{rest}`. A path that names no namespace is a route miss.
         if path.len() > 1 && path.starts_with('/') {
-            return proxy::handle(self, req, &path).await;
+            let below_base = &uri.path_and_query().map_or(path, |pq| pq.as_str())[base.len()..];
+            return proxy::handle(self, req, path, below_base).await;
         }
         Ok(Response::error(StatusCode::NOT_FOUND, "not found"))
     }

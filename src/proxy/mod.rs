@@ -177,7 +177,14 @@ fn bad_gateway() -> Response {
     Response::text(StatusCode::BAD_GATEWAY, "bad gateway")
 }
 
-pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Response, Error> {
+/// Serves `path` (below the base path) and `path_and_query` (the same with the query, as the
+/// worker gets it).
+pub async fn handle(
+    core: &Core,
+    req: &mut Request<'_>,
+    path: &str,
+    path_and_query: &str,
+) -> Result<Response, Error> {
     let Some(route) = Route::parse(path) else {
         return Ok(Response::text(
             StatusCode::BAD_REQUEST,
@@ -185,10 +192,6 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         ));
     };
     let config = &core.shared.config;
-    let path_and_query = match req.head.uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
-    };
     // The protocol an upgrade asks for, kept towards the worker.
     let protocol = forward::upgrade_protocol(&req.head);
     let upgrade = protocol.is_some();
@@ -284,7 +287,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         );
         let exchange = forward::Exchange {
             addr: &worker.addr,
-            path_and_query: &path_and_query,
+            path_and_query,
             forwarded: Forwarded {
                 peer: req.peer.ip(),
                 epoch: &placement.epoch,
