@@ -4,11 +4,13 @@
 //! event loops and the process lifecycle), [`http`] (HTTP/1.1), [`passport`] (credentials),
 //! [`redis`] (the per-core pipelined Redis client and Lua scripts), [`registry`] (the worker
 //! protocol), [`placement`] (who owns an instance), [`proxy`] (forwarding to it),
-//! [`operator`] (health and fleet views), [`metrics`] (counters), with [`node`] tying them into
+//! [`operator`] (health and fleet views), [`fleet`] (whether this node serves), [`metrics`]
+//! (counters), with [`node`] tying them into
 //! the request dispatch.
 
 pub mod config;
 pub mod error;
+pub mod fleet;
 pub mod http;
 pub mod metrics;
 pub mod node;

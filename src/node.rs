@@ -28,6 +28,9 @@ pub struct Shared {
     pub counters: Vec<CoreCounters>,
     /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
     pub stopping: AtomicBool,
+    /// Whether this node is the serving fleet (see [`crate::fleet`]); false until the first
+    /// claim of the fleet license succeeds.
+    pub serving: AtomicBool,
     pub started: Instant,
 }
 
@@ -40,6 +43,7 @@ impl Shared {
             config,
             passport,
             stopping: AtomicBool::new(false),
+            serving: AtomicBool::new(false),
             started: Instant::now(),
         }
     }
@@ -55,6 +59,10 @@ impl Shared {
 
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
+    }
+
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
     }
 }
 

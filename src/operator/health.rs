@@ -16,10 +16,11 @@ pub fn healthz() -> Response {
     Response::json(StatusCode::OK, Bytes::from_static(b"{\"ok\":true}"))
 }
 
-/// 200 with an empty body while the node is not stopping and its core's Redis runs scripts;
-/// 503 otherwise. Asked per core, so a core whose connection is down reports itself.
+/// 200 with an empty body while the node is not stopping, is the serving fleet, and its core's
+/// Redis runs scripts; 503 otherwise. Asked per core, so a core whose connection is down
+/// reports itself.
 pub async fn readyz(core: &Core) -> Response {
-    if core.shared.is_stopping() {
+    if core.shared.is_stopping() || !core.shared.is_serving() {
         return Response::empty(StatusCode::SERVICE_UNAVAILABLE);
     }
     match core.redis.evalsha(&READY, &[], &[]).await {

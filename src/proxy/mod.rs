@@ -185,6 +185,10 @@ pub async fn handle(
     path: &str,
     path_and_query: &str,
 ) -> Result<Response, Error> {
+    if !core.shared.is_serving() {
+        core.counters().count("not-serving");
+        return Ok(crate::registry::not_serving());
+    }
     let Some(route) = Route::parse(path) else {
         return Ok(Response::text(
             StatusCode::BAD_REQUEST,

@@ -32,6 +32,11 @@ pub use store::load_session;
 pub const WORKER_SCOPE: &str = "pinboard:worker";
 pub const OPERATOR_SCOPE: &str = "pinboard:operator";
 
+/// 503 `{"error":"not the serving fleet"}` + `Retry-After: 1`.
+pub fn not_serving() -> Response {
+    crate::placement::unavailable("not the serving fleet", std::time::Duration::ZERO)
+}
+
 fn method_not_allowed(allow: &'static str) -> Response {
     Response::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         .header(http::header::ALLOW, http::HeaderValue::from_static(allow))
@@ -54,6 +59,9 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         Ok(credential) => credential,
         Err(refusal) => return Ok(refusal),
     };
+    if !core.shared.is_serving() {
+        return Ok(not_serving());
+    }
     let known = matches!(
         route,
         "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister"

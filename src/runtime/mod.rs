@@ -170,6 +170,10 @@ async fn core_main(
         }
     });
     let core = Rc::new(Core::new(shared.clone(), index));
+    // One claimant per node: the first core.
+    if index == 0 {
+        monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
+    }
     let limits = Rc::new(shared.http_limits());
     loop {
         let accepted = monoio::select! {

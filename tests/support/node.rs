@@ -47,8 +47,15 @@ pub struct Node {
 
 impl Node {
     /// Starts a node on `redis_url` with a test HS256 secret, plus `env` overrides
-    /// (`("PINBOARD_THREADS", "1")`, ...). Returns once it listens.
+    /// (`("PINBOARD_THREADS", "1")`, ...). Returns once it is ready.
     pub fn start(redis_url: &str, env: &[(&str, &str)]) -> Node {
+        let node = Node::spawn(redis_url, env);
+        node.wait_until_ready();
+        node
+    }
+
+    /// Like [`Node::start`], but returns once it listens, ready or not.
+    pub fn spawn(redis_url: &str, env: &[(&str, &str)]) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("node.log");
         let mut cmd = Command::new(binary());
@@ -76,7 +83,6 @@ impl Node {
             _dir: dir,
         };
         node.addr = node.wait_for_listen();
-        node.wait_until_ready();
         node
     }
 

@@ -1,0 +1,101 @@
+//! The fleet: whether this node may serve. Nodes sharing a Redis must agree on what a
+//! placement means (`shards`, `hostname_aware`), so each claims the fleet license — that
+//! configuration, with the node's `fleet_epoch` — and keeps a membership entry, once per third
+//! of a lease (`lua/fleet.lua`). A node that does not hold the license, or whose live peers
+//! disagree with it at an equal or higher epoch, is not the serving fleet: `/readyz` is 503,
+//! registry routes but `/registry/health` and the data plane answer 503 `not the serving fleet`.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::node::Core;
+use crate::redis::FLEET;
+use crate::runtime::Shutdown;
+
+/// Version of the license's shape.
+const SCHEMA: u32 = 1;
+
+/// The license this node claims, in one canonical byte form (nodes compare it byte for byte).
+pub fn license(config: &Config) -> String {
+    format!(
+        r#"{{"schema":{SCHEMA},"shards":{},"hostnameAware":{},"epoch":{}}}"#,
+        config.shards, config.hostname_aware, config.fleet_epoch
+    )
+}
+
+/// Claims the license and membership until the core shuts down, keeping the node's serving
+/// flag current. Run by one core per node.
+pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
+    let config = &core.shared.config;
+    let license = license(config);
+    let epoch = config.fleet_epoch.to_string();
+    let lease = config.lease_ttl_ms.to_string();
+    let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
+    while !shutdown.is_fired() {
+        let reply = core
+            .redis
+            .evalsha(
+                &FLEET,
+                &[core.keys.registry().as_bytes()],
+                &[
+                    license.as_bytes(),
+                    epoch.as_bytes(),
+                    config.node_id.as_bytes(),
+                    lease.as_bytes(),
+                ],
+            )
+            .await;
+        let serving = match &reply {
+            Ok(r) => {
+                let flags: Vec<Option<&str>> = r
+                    .as_array()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|f| f.as_str())
+                    .collect();
+                flags == [Some("1"), Some("1")]
+            }
+            // Without Redis the node cannot place anything either: it is not serving until
+            // a claim succeeds again.
+            Err(e) => {
+                warn!(error = %e, "fleet license claim failed");
+                false
+            }
+        };
+        if core.shared.serving.swap(serving, Ordering::Relaxed) != serving {
+            if serving {
+                info!(license = %license, "serving: holding the fleet license");
+            } else {
+                warn!(license = %license, "not serving: the fleet license or a peer disagrees");
+            }
+        }
+        monoio::select! {
+            _ = monoio::time::sleep(every) => {}
+            _ = shutdown.fired() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn license_is_canonical_json() {
+        let config = crate::config::Config {
+            shards: 8,
+            hostname_aware: true,
+            fleet_epoch: 3,
+            ..Default::default()
+        };
+        let text = super::license(&config);
+        assert_eq!(
+            text,
+            r#"{"schema":1,"shards":8,"hostnameAware":true,"epoch":3}"#
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["epoch"], 3);
+    }
+}
