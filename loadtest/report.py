@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""scripts/bench's results: one progress line per measurement (--line, a TSV row on stdin), or
+the table of medians, the targets of issue 5 and the ratios line (a results.tsv file).
+
+A row: round, setup, wrk's `BENCH k=v ...` line, then clock ticks of CPU (utime+stime) spent
+during the measured run by the proxy, the worker, redis-server and wrk, whether the setup uses
+Redis, ticks per second, and the box's busy and total ticks (/proc/stat, all cores).
+"""
+
+import statistics
+import sys
+
+ORDER = ["direct", "pinboard", "pinboard-fresh", "nginx", "nginx-lua-redis"]
+
+
+def parse(row):
+    f = row.rstrip("\n").split("\t")
+    bench = dict(kv.split("=", 1) for kv in f[2].split()[1:])
+    hz = float(f[8])
+    requests = int(bench["requests"])
+    per100k = lambda ticks: int(ticks) / hz / requests * 1e5 if requests else float("nan")
+    ours = sum(int(x) for x in f[3:7])
+    busy, total = int(f[9]), int(f[10])
+    errors = sum(int(bench[k]) for k in ("connect", "read", "write", "status", "timeout"))
+    return {
+        "round": int(f[0]),
+        "setup": f[1],
+        "rps": float(bench["rps"]),
+        "p50": int(bench["p50_us"]),
+        "p99": int(bench["p99_us"]),
+        "p999": int(bench["p999_us"]),
+        "proxy": per100k(f[3]) if f[1] != "direct" else None,
+        "worker": per100k(f[4]),
+        "redis": per100k(f[5]) if f[7] == "1" else None,
+        "wrk": per100k(f[6]),
+        "errors": errors,
+        "requests": requests,
+        # Shares of the whole box (all cores) during the run.
+        "busy": 100.0 * busy / total if total else float("nan"),
+        "outside": 100.0 * max(0, busy - ours) / total if total else float("nan"),
+    }
+
+
+def ms(us):
+    return f"{us / 1000:.2f} ms"
+
+
+def cpu(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def line(r):
+    return (
+        f"round {r['round']} {r['setup']:<16} {r['rps']:>9.0f} req/s  p50 {ms(r['p50'])}  "
+        f"p99 {ms(r['p99'])}  p99.9 {ms(r['p999'])}  CPU s/100k: proxy {cpu(r['proxy'])} "
+        f"worker {cpu(r['worker'])} redis {cpu(r['redis'])} wrk {cpu(r['wrk'])}  "
+        f"errors {r['errors']}  box busy {r['busy']:.0f}% (outside bench {r['outside']:.0f}%)"
+    )
+
+
+def median(rows, key):
+    values = [r[key] for r in rows if r[key] is not None]
+    return statistics.median(values) if values else None
+
+
+def table(path):
+    rows = [parse(l) for l in open(path) if l.strip()]
+    setups = [s for s in ORDER if any(r["setup"] == s for r in rows)]
+    med = {}
+    for s in setups:
+        mine = [r for r in rows if r["setup"] == s]
+        med[s] = {k: median(mine, k) for k in mine[0] if k not in ("round", "setup")}
+        med[s]["errors"] = sum(r["errors"] for r in mine)
+        med[s]["rounds"] = len(mine)
+    head = ["setup", "req/s", "p50", "p99", "p99.9", "proxy CPU", "worker CPU", "redis CPU",
+            "wrk CPU", "errors", "box busy", "outside"]
+    out = [head]
+    for s in setups:
+        m = med[s]
+        out.append([s, f"{m['rps']:.0f}", ms(m["p50"]), ms(m["p99"]), ms(m["p999"]),
+                    cpu(m["proxy"]), cpu(m["worker"]), cpu(m["redis"]), cpu(m["wrk"]),
+                    str(m["errors"]), f"{m['busy']:.0f}%", f"{m['outside']:.0f}%"])
+    widths = [max(len(row[i]) for row in out) for i in range(len(head))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in out[1:]:
+        print("| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(row, widths))) + " |")
+    print("CPU columns: CPU seconds per 100k requests (utime+stime from /proc/PID/stat); "
+          "box busy / outside: share of all cores busy, and busy outside the bench's processes.")
+
+    def ratio(a, b):
+        if a in med and b in med and med[b]["rps"]:
+            return med[a]["rps"] / med[b]["rps"]
+        return float("nan")
+
+    pb = med.get("pinboard")
+    if pb:
+        print()
+        checks = []
+        r = ratio("pinboard", "nginx-lua-redis")
+        checks.append((r >= 1.5, f"steady req/s >= 1.5x nginx-lua-redis: {r:.2f}x"))
+        r = ratio("pinboard", "nginx")
+        checks.append((r >= 0.9, f"steady req/s >= 0.9x nginx: {r:.2f}x"))
+        for peer in ("nginx", "nginx-lua-redis"):
+            if peer in med:
+                checks.append((pb["p99"] <= med[peer]["p99"],
+                               f"p99 <= {peer}'s: {ms(pb['p99'])} vs {ms(med[peer]['p99'])}"))
+        if "direct" in med:
+            d = med["direct"]["p50"]
+            added = pb["p50"] - d
+            checks.append((added < 2 * d, f"p50 added over direct < 2x direct's p50: "
+                                          f"+{ms(added)} vs 2 x {ms(d)} = {ms(2 * d)}"))
+        for ok, text in checks:
+            print(f"target {'met   ' if ok else 'MISSED'} {text}")
+        if any(med[s]["errors"] for s in med):
+            print("warning: some runs had errors (non-2xx answers or socket errors): "
+                  "see the errors column")
+    print(f"ratios: pinboard/nginx={ratio('pinboard', 'nginx'):.2f} "
+          f"pinboard/nginx-lua-redis={ratio('pinboard', 'nginx-lua-redis'):.2f} "
+          f"pinboard/direct={ratio('pinboard', 'direct'):.2f}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--line"]:
+        for row in sys.stdin:
+            if row.strip():
+                print(line(parse(row)), flush=True)
+    else:
+        table(sys.argv[1])
