@@ -19,6 +19,9 @@ use crate::runtime::Shutdown;
 /// Version of the license's shape.
 const SCHEMA: u32 = 1;
 
+/// How soon a failed claim is tried again.
+const RETRY: Duration = Duration::from_millis(100);
+
 /// The license this node claims, in one canonical byte form (nodes compare it byte for byte).
 pub fn license(config: &Config) -> String {
     format!(
@@ -73,8 +76,15 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
                 warn!(license = %license, "not serving: the fleet license or a peer disagrees");
             }
         }
+        // A failed claim (at start, before the connection is up, or while Redis is away) is
+        // retried soon rather than a third of a lease later.
+        let wait = if reply.is_ok() {
+            every
+        } else {
+            RETRY.min(every)
+        };
         monoio::select! {
-            _ = monoio::time::sleep(every) => {}
+            _ = monoio::time::sleep(wait) => {}
             _ = shutdown.fired() => {}
         }
     }

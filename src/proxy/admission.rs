@@ -9,7 +9,7 @@
 //!
 //! What it admits travels on in the attestation: `caller` and `depth`, or `acct`.
 
-use http::StatusCode;
+use http::{HeaderName, StatusCode};
 use serde_json::{Map, Value, json};
 
 use crate::error::Error;
@@ -34,7 +34,14 @@ fn forbidden(message: &str) -> Response {
     Response::error(StatusCode::FORBIDDEN, message)
 }
 
-fn header<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r str> {
+// Header names as constants: looking a `&str` up in a header map parses it every time, and
+// every data-plane request asks for these.
+const FROM: HeaderName = HeaderName::from_static("pinboard-from");
+const SESSION: HeaderName = HeaderName::from_static("pinboard-session");
+const SESSION_SECRET: HeaderName = HeaderName::from_static("pinboard-session-secret");
+const DEPTH: HeaderName = HeaderName::from_static("pinboard-subrequest-depth");
+
+fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
     req.head.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -46,13 +53,7 @@ pub async fn admit(
     hostname: &str,
     env: &str,
 ) -> Result<Result<Admitted, Response>, Error> {
-    let caller_headers = [
-        "pinboard-from",
-        "pinboard-session",
-        "pinboard-session-secret",
-        "pinboard-subrequest-depth",
-    ];
-    if caller_headers
+    if [&FROM, &SESSION, &SESSION_SECRET, &DEPTH]
         .iter()
         .any(|h| req.head.headers.contains_key(*h))
     {
@@ -68,10 +69,8 @@ async fn caller(
     hostname: &str,
     env: &str,
 ) -> Result<Result<Admitted, Response>, Error> {
-    let (Some(session_id), Some(secret)) = (
-        header(req, "pinboard-session"),
-        header(req, "pinboard-session-secret"),
-    ) else {
+    let (Some(session_id), Some(secret)) = (header(req, &SESSION), header(req, &SESSION_SECRET))
+    else {
         return Ok(Err(forbidden(
             "caller attestation requires session credentials",
         )));
@@ -83,11 +82,11 @@ async fn caller(
     if !constant_time_eq(session.secret.as_bytes(), secret.as_bytes()) {
         return Ok(Err(forbidden("invalid session secret")));
     }
-    let from = header(req, "pinboard-from").unwrap_or("");
+    let from = header(req, &FROM).unwrap_or("");
     let Some((caller_ns, caller_id)) = split_caller(from) else {
         return Ok(Err(forbidden("malformed caller claim")));
     };
-    let depth = match header(req, "pinboard-subrequest-depth") {
+    let depth = match header(req, &DEPTH) {
         None => 0,
         Some(d) if !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit()) => {
             d.parse::<u32>().expect("at most 9 digits")
