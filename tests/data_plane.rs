@@ -757,3 +757,45 @@ fn data_plane_passport() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(attested_claims(&echo(&r)).get("acct").is_none());
 }
+
+/// Redis calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`
+/// (without the INFO and CONFIG calls the test itself makes; commands run by scripts count).
+fn command_counts(f: &Fixture) -> std::collections::BTreeMap<String, u64> {
+    f.cli(&["INFO", "commandstats"])
+        .lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "info" && !name.starts_with("config"))
+        .collect()
+}
+
+#[test]
+fn a_placed_id_costs_one_redis_round_trip() {
+    // A one-hour lease: no fleet claim or heartbeat lands inside the measured window.
+    let (f, _worker, _) = warm_fleet(&[("PINBOARD_LEASE_TTL_MS", "3600000")]);
+    let mut c = Client::connect(f.node.addr);
+    assert_eq!(
+        c.request(b"GET /threads/steady HTTP/1.1\r\nHost: e\r\n\r\n")
+            .status,
+        200
+    );
+    f.cli(&["CONFIG", "RESETSTAT"]);
+    for _ in 0..25 {
+        assert_eq!(
+            c.request(b"GET /threads/steady/x HTTP/1.1\r\nHost: e\r\n\r\n")
+                .status,
+            200
+        );
+    }
+    // Commands a script runs count too: one EVALSHA per request, and inside it the steady
+    // path's reads (the row, the owner's copy, the overwritten marker, the clock).
+    let per_request = [("evalsha", 1), ("hget", 2), ("hexists", 1), ("time", 1)];
+    let expected = per_request
+        .iter()
+        .map(|(c, n)| (c.to_string(), n * 25))
+        .collect();
+    assert_eq!(command_counts(&f), expected);
+}
