@@ -104,6 +104,7 @@ impl Handler for Core {
         match req.path() {
             "/healthz" if readable => return Ok(operator::healthz()),
             "/readyz" if readable => return Ok(operator::readyz(self).await),
+            "/metrics" if readable => return Ok(operator::metrics(self, req)),
             _ => {}
         }
         let base = self.shared.config.base_path.as_str();

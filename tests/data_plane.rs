@@ -799,3 +799,75 @@ fn a_placed_id_costs_one_redis_round_trip() {
         .collect();
     assert_eq!(command_counts(&f), expected);
 }
+
+#[test]
+fn metrics_for_operators_who_see_the_whole_fleet() {
+    let (f, _worker, _) = warm_fleet(&[]);
+    assert_eq!(get(f.node.addr, "/threads/m1", None).status, 200);
+    assert_eq!(get(f.node.addr, "/nowhere/m1", None).status, 404);
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let r = get(f.node.addr, "/metrics", Some(&operator));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = r.text();
+    for line in [
+        "pinboard_resolutions_total{outcome=\"forward\"} 1",
+        "pinboard_resolutions_total{outcome=\"unknown-ns\"} 1",
+        "pinboard_serving 1",
+        "# EOF",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("pinboard_connections ")),
+        "{text}"
+    );
+
+    let refusal = |token: Option<&str>| {
+        let r = get(f.node.addr, "/metrics", token);
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(refusal(None), (401, "unauthorized".into()));
+    assert_eq!(
+        refusal(Some(&f.token)),
+        (403, "forbidden".into()),
+        "a worker credential"
+    );
+    let narrow = support::node::token("ops", &["pinboard:operator"], &["/threads"]);
+    assert_eq!(
+        refusal(Some(&narrow)),
+        (403, "forbidden".into()),
+        "not every namespace"
+    );
+    let hostnames = pinboard::passport::mint(
+        support::node::SECRET,
+        &pinboard::passport::TokenRequest {
+            sub: "ops".into(),
+            scopes: vec!["pinboard:operator".into()],
+            namespaces: vec!["*".into()],
+            hostnames: vec!["h1".into()],
+            ttl_secs: 60,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        refusal(Some(&hostnames)),
+        (403, "forbidden".into()),
+        "restricted hostnames"
+    );
+
+    let off = Fixture::new(&[("PINBOARD_METRICS", "false")]);
+    let r = get(off.node.addr, "/metrics", Some(&operator));
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, r#"{"error":"unknown namespace"}"#)
+    );
+}

@@ -1,10 +1,17 @@
-//! Counters the node keeps about itself: resolution outcomes per core, summed per node for
-//! `/registry/health` and `/metrics`.
+//! Counters the node keeps about itself: resolution outcomes and open connections per core,
+//! summed per node for `/registry/health` and rendered as Prometheus text for `GET /metrics`.
 //!
 //! Each core owns one [`CoreCounters`] and is its only writer, so a relaxed increment never
 //! contends; readers sum across cores.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
 
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`).
 pub const OUTCOMES: [&str; 11] = [
@@ -58,4 +65,59 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
             .sum();
         (*name, total)
     })
+}
+
+/// What `/metrics` reports, read once per scrape.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub outcomes: Vec<(&'static str, u64)>,
+    pub connections: u64,
+    pub uptime_secs: f64,
+    pub serving: bool,
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut resolutions = encoder.encode_descriptor(
+            "pinboard_resolutions",
+            "Placement resolutions on this node, by outcome",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, n) in &self.outcomes {
+            let labels = [("outcome", *outcome)];
+            ConstCounter::new(*n).encode(resolutions.encode_family(&labels)?)?;
+        }
+        let gauges = [
+            (
+                "pinboard_connections",
+                "Client connections open on this node",
+                self.connections as f64,
+            ),
+            (
+                "pinboard_uptime_seconds",
+                "Seconds since this node started",
+                self.uptime_secs,
+            ),
+            (
+                "pinboard_serving",
+                "1 while this node is the serving fleet",
+                f64::from(u8::from(self.serving)),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The snapshot as Prometheus text (OpenMetrics exposition).
+pub fn render(snapshot: Snapshot) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
 }

@@ -1,6 +1,8 @@
-//! What operators use to watch the node: health and readiness probes (and, as the registry
-//! grows, the fleet views, drains and wind-downs).
+//! What operators use to watch the node: health and readiness probes, `/registry/health`
+//! and `/metrics` (and, as the registry grows, the fleet views, drains and wind-downs).
 
 mod health;
+mod metrics;
 
 pub use health::{healthz, readyz, registry_health};
+pub use metrics::metrics;

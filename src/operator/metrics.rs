@@ -1,0 +1,47 @@
+//! `GET /metrics`: this node's counters as Prometheus text, for operators whose credential sees
+//! the whole fleet (every namespace, unrestricted hostnames and envs).
+
+use http::{HeaderValue, StatusCode, header};
+use tracing::error;
+
+use crate::http::{Request, Response};
+use crate::metrics::{self, Snapshot};
+use crate::node::Core;
+use crate::registry::{OPERATOR_SCOPE, authorize};
+
+pub fn metrics(core: &Core, req: &Request<'_>) -> Response {
+    let shared = &core.shared;
+    // Without a metrics registry the path is like any other data-plane miss.
+    if !shared.config.metrics {
+        return Response::error(StatusCode::NOT_FOUND, "unknown namespace");
+    }
+    let credential = match authorize(core, req, OPERATOR_SCOPE) {
+        Ok(credential) => credential,
+        Err(refusal) => return refusal,
+    };
+    let whole_fleet = credential.route_claim().is_ok_and(|claim| {
+        claim.all_namespaces() && claim.unrestricted_hostnames() && claim.unrestricted_envs()
+    });
+    if !whole_fleet {
+        return Response::error(StatusCode::FORBIDDEN, "forbidden");
+    }
+    let snapshot = Snapshot {
+        outcomes: metrics::outcomes(&shared.counters).collect(),
+        connections: shared.counters.iter().map(|c| c.connections()).sum(),
+        uptime_secs: shared.started.elapsed().as_secs_f64(),
+        serving: shared.is_serving(),
+    };
+    match metrics::render(snapshot) {
+        Ok(text) => Response::new(StatusCode::OK, None, text.into()).header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        ),
+        Err(e) => {
+            error!(error = %e, "rendering metrics");
+            Response::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "metrics collection failed",
+            )
+        }
+    }
+}
