@@ -945,3 +945,93 @@ fn a_heartbeat_never_recreates_a_dropped_copy() {
     assert!(f.bucket_record(1, &session).is_none() && !f.in_ns_list(1, "/threads", &session));
     assert!(f.bucket_record(0, &session).is_some() && f.in_ns_list(0, "/threads", &session));
 }
+
+#[test]
+fn operator_drain_and_undrain() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "drained-client");
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let drain = |token: &str, body: Value| f.post("drain", token, &body);
+
+    // A cordon: draining from the next heartbeat on, with no deadline and no TTL.
+    let r = drain(
+        &ops,
+        json!({"clientId": "drained-client", "deadline": null}),
+    );
+    assert_eq!((r.status, r.json()), (200, json!({"drained": true})));
+    assert_eq!(f.cli(&["PTTL", "pinboard:{r}:drain:drained-client"]), "-1");
+    let beat = f.heartbeat(&worker, &session, json!({}));
+    assert_eq!(beat.json(), json!({"expiresInMs": 15000, "draining": true}));
+    assert_eq!(f.bucket_record(0, &session).unwrap()["draining"], true);
+
+    let undrain = |token: &str| f.post("undrain", token, &json!({"clientId": "drained-client"}));
+    assert_eq!(undrain(&ops).json(), json!({"revoked": true}));
+    assert_eq!(undrain(&ops).json(), json!({"revoked": false}));
+    assert_eq!(
+        f.heartbeat(&worker, &session, json!({})).json()["draining"],
+        false
+    );
+
+    // A timed drain: at least a lease away, it bounds the lease and shows as drainDeadline.
+    let r = drain(&ops, json!({"clientId": "drained-client", "deadline": 0}));
+    assert_eq!(r.status, 200);
+    let ttl: u64 = f
+        .cli(&["PTTL", "pinboard:{r}:drain:drained-client"])
+        .parse()
+        .unwrap();
+    let week = 7 * 24 * 3600 * 1000;
+    assert!(ttl > week && ttl <= week + 15_000, "{ttl}");
+    let beat = f.heartbeat(&worker, &session, json!({})).json();
+    assert_eq!(beat["draining"], true);
+    let left = beat["drainDeadline"].as_u64().unwrap();
+    assert!((14..=15).contains(&left), "{left}");
+    let record = f.session_record(&session).unwrap();
+    let deadline: Value =
+        serde_json::from_str(&f.cli(&["GET", "pinboard:{r}:drain:drained-client"])).unwrap();
+    assert_eq!(
+        record["expiry"], deadline["deadline"],
+        "the lease is bounded by the drain"
+    );
+
+    // Refusals: unknown or out-of-scope clients, the wrong scope, a bad body.
+    let refusal = |r: Reply| {
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(
+        refusal(drain(&ops, json!({"clientId": "nobody", "deadline": null}))),
+        (403, "forbidden".into())
+    );
+    let narrow = token("ops", &["pinboard:operator"], &["/docs"]);
+    assert_eq!(
+        refusal(drain(
+            &narrow,
+            json!({"clientId": "drained-client", "deadline": null})
+        )),
+        (403, "forbidden".into())
+    );
+    assert_eq!(
+        refusal(f.post("undrain", &narrow, &json!({"clientId": "drained-client"}))),
+        (403, "forbidden".into())
+    );
+    assert_eq!(
+        refusal(drain(
+            &f.token,
+            json!({"clientId": "drained-client", "deadline": null})
+        )),
+        (403, "forbidden".into())
+    );
+    let r = drain(
+        &ops,
+        json!({"clientId": "drained-client", "deadline": "soon"}),
+    );
+    assert_eq!(
+        refusal(r),
+        (400, "expected {clientId, deadline: seconds | null}".into())
+    );
+    let r = drain(&ops, json!({"clientId": "drained-client", "deadline": -5}));
+    assert_eq!(r.status, 400);
+}

@@ -1,8 +1,10 @@
 //! What operators use to watch the node: health and readiness probes, `/registry/health`
 //! and `/metrics` (and, as the registry grows, the fleet views, drains and wind-downs).
 
+mod drain;
 mod health;
 mod metrics;
 
+pub use drain::{drain, undrain};
 pub use health::{healthz, readyz, registry_health};
 pub use metrics::metrics;

@@ -21,8 +21,8 @@ pub use client::{Redis, RedisOptions};
 pub use connection::encode_command;
 pub use keys::{Keys, bucket_of};
 pub use script::{
-    BINDING, BUCKET_WORKER, CONTROL_PUSH, FLEET, HEARTBEAT, OVERWRITTEN_CLEAR, READY, REGISTER,
-    RELEASE, RESOLVE, SESSION_DROP, Script, TAG,
+    BINDING, BUCKET_WORKER, CONTROL_PUSH, DRAIN, FLEET, HEARTBEAT, OVERWRITTEN_CLEAR, READY,
+    REGISTER, RELEASE, RESOLVE, SESSION_DROP, Script, TAG,
 };
 pub use target::{Endpoint, RedisTarget};
 

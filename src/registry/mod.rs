@@ -1,6 +1,6 @@
 //! The registry: the worker protocol under `{base_path}/registry/` (register, heartbeat,
-//! release, tag, deregister), the authentication every registry route shares, and the answer
-//! for paths that name no route.
+//! release, tag, deregister), the dispatch of the operator routes living there, the
+//! authentication every registry route shares, and the answer for paths that name no route.
 //!
 //! State lives in Redis in two kinds of slot: the registry slot (`{prefix}{r}:`: sessions,
 //! clients, control queues, bindings, drains) and one slot per placement bucket
@@ -44,27 +44,29 @@ fn method_not_allowed(allow: &'static str) -> Response {
 
 pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Response, Error> {
     let route = &path["/registry".len()..];
+    // Unknown registry paths authenticate as worker routes before answering, so probing
+    // them tells an unauthenticated caller nothing about which routes exist.
+    let scope = match route {
+        "/health" | "/drain" | "/undrain" => OPERATOR_SCOPE,
+        _ => WORKER_SCOPE,
+    };
+    let credential = match authorize(core, req, scope) {
+        Ok(credential) => credential,
+        Err(refusal) => return Ok(refusal),
+    };
     if route == "/health" {
-        if let Err(refusal) = authorize(core, req, OPERATOR_SCOPE) {
-            return Ok(refusal);
-        }
+        // It answers while booting or draining: no serving check.
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return Ok(method_not_allowed("GET"));
         }
         return crate::operator::registry_health(core).await;
     }
-    // Unknown registry paths authenticate as worker routes before answering, so probing
-    // them tells an unauthenticated caller nothing about which routes exist.
-    let credential = match authorize(core, req, WORKER_SCOPE) {
-        Ok(credential) => credential,
-        Err(refusal) => return Ok(refusal),
-    };
     if !core.shared.is_serving() {
         return Ok(not_serving());
     }
     let known = matches!(
         route,
-        "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister"
+        "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister" | "/drain" | "/undrain"
     );
     if !known {
         return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
@@ -77,6 +79,8 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         "/heartbeat" => heartbeat::heartbeat(core, req, &credential).await,
         "/release" => release::release(core, req, &credential).await,
         "/tag" => release::tag(core, req, &credential).await,
+        "/drain" => crate::operator::drain(core, req, &credential).await,
+        "/undrain" => crate::operator::undrain(core, req, &credential).await,
         _ => deregister::deregister(core, req, &credential).await,
     }
 }

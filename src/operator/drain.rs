@@ -1,0 +1,130 @@
+//! `POST /registry/drain` and `POST /registry/undrain`: an operator cordons a worker (no new
+//! placements) or drains it by a deadline (its lease cannot be renewed past it, so its
+//! placements move), and revokes either. Both take effect at the worker's next heartbeat.
+
+use http::StatusCode;
+use serde::Deserialize;
+
+use crate::error::Error;
+use crate::http::{Request, Response, read_json};
+use crate::node::Core;
+use crate::passport::Credential;
+use crate::redis::DRAIN;
+use crate::registry::{Session, load_session};
+
+const BODY_LIMIT: usize = 1024 * 1024;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DrainBody {
+    client_id: String,
+    /// Seconds; `null` (or absent) cordons.
+    deadline: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UndrainBody {
+    client_id: String,
+}
+
+pub async fn drain(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body: DrainBody =
+        match read_json(req, BODY_LIMIT, "{clientId, deadline: seconds | null}").await {
+            Ok(body) => body,
+            Err(refusal) => return Ok(refusal),
+        };
+    if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
+        return Ok(Response::error(
+            StatusCode::BAD_REQUEST,
+            "expected {clientId, deadline: seconds | null}",
+        ));
+    }
+    if !in_scope(core, credential, &body.client_id).await? {
+        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+    }
+    let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
+    run(core, &body.client_id, "set", &deadline).await?;
+    Ok(Response::json(StatusCode::OK, &br#"{"drained":true}"#[..]))
+}
+
+pub async fn undrain(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body: UndrainBody = match read_json(req, BODY_LIMIT, "{clientId}").await {
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    if !in_scope(core, credential, &body.client_id).await? {
+        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+    }
+    let revoked = run(core, &body.client_id, "clear", "").await? == 1;
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &serde_json::json!({ "revoked": revoked }),
+    ))
+}
+
+async fn run(core: &Core, client: &str, op: &str, deadline: &str) -> Result<i64, Error> {
+    let lease = core.shared.config.lease_ttl_ms.to_string();
+    let reply = core
+        .redis
+        .evalsha(
+            &DRAIN,
+            &[core.keys.registry().as_bytes()],
+            &[
+                client.as_bytes(),
+                op.as_bytes(),
+                deadline.as_bytes(),
+                lease.as_bytes(),
+            ],
+        )
+        .await?;
+    Ok(reply.as_int().unwrap_or_default())
+}
+
+/// Whether the client has a session the credential's claims cover: its namespaces, its
+/// hostname and its envs. An unknown client is out of scope.
+async fn in_scope(core: &Core, credential: &Credential, client: &str) -> Result<bool, Error> {
+    let key = format!("{}clients", core.keys.registry());
+    let reply = core
+        .redis
+        .cmd(&[b"HGET", key.as_bytes(), client.as_bytes()])
+        .await?;
+    let Some(session_id) = reply
+        .as_bytes()
+        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+        .and_then(|v| v.get("sessionId")?.as_str().map(str::to_owned))
+    else {
+        return Ok(false);
+    };
+    let Some(session) = load_session(core, &session_id).await? else {
+        return Ok(false);
+    };
+    Ok(covers(credential, &session))
+}
+
+fn covers(credential: &Credential, session: &Session) -> bool {
+    let Ok(claim) = credential.route_claim() else {
+        return false;
+    };
+    session
+        .namespaces
+        .iter()
+        .all(|ns| claim.allows_namespace(ns))
+        && session
+            .hostname
+            .as_deref()
+            .is_none_or(|h| claim.allows_hostname(h))
+        && session
+            .env
+            .iter()
+            .chain(session.envs.values())
+            .all(|e| claim.allows_env(e))
+}
