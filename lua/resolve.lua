@@ -15,7 +15,8 @@
 --
 -- Returns a flat array so the hot path parses no JSON:
 --   {'forward', sessionId, epoch, advertiseUrl, secret, placed ('1' new | '0' existing),
---    overwritten ('1' when the id is listed on the overwritten hash)}
+--    overwritten ('1' when the id is listed on the overwritten hash),
+--    wind-down expiry ms carried over to a new owner ('' for none)}
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
 --   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
@@ -51,7 +52,7 @@ if raw then
         return {'takeover-pending', tostring(old.expiry - now)}
       end
       return {'forward', old.sessionId, old.epoch or '', owner.advertiseUrl, owner.secret, '0',
-        tostring(redis.call('HEXISTS', K .. env .. ':' .. ns .. ':overwritten', id))}
+        tostring(redis.call('HEXISTS', K .. env .. ':' .. ns .. ':overwritten', id)), ''}
     end
   end
 end
@@ -155,5 +156,12 @@ local row = {sessionId = chosen.sid, epoch = string.format('%d', epoch)}
 if hostname ~= '' then
   row.hostname = hostname
 end
+-- A wind-down fence outlives its owner: the replacement owner inherits it (and is told).
+local fence = ''
+if old and old.expiry and old.expiry > now then
+  row.expiry = old.expiry
+  fence = string.format('%d', old.expiry)
+end
 redis.call('HSET', placements, id, cjson.encode(row))
-return {'forward', chosen.sid, row.epoch, chosen.advertiseUrl, chosen.secret, '1', old and '1' or '0'}
+return {'forward', chosen.sid, row.epoch, chosen.advertiseUrl, chosen.secret, '1',
+  old and '1' or '0', fence}

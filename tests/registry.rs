@@ -1035,3 +1035,150 @@ fn operator_drain_and_undrain() {
     let r = drain(&ops, json!({"clientId": "drained-client", "deadline": -5}));
     assert_eq!(r.status, 400);
 }
+
+#[test]
+fn operator_wind_down() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    f.put_row(
+        "/threads",
+        "t1",
+        json!({"sessionId": session, "epoch": "5", "tag": "keep"}),
+    );
+    let wind = |token: &str, body: Value| f.post("wind_down", token, &body);
+
+    let r = wind(
+        &ops,
+        json!({"namespace": "/threads", "id": "t1", "deadline": 60}),
+    );
+    assert_eq!((r.status, r.json()), (200, json!({"queued": true})));
+    let row = f.row("/threads", "t1").unwrap();
+    assert_eq!(
+        (row["epoch"].as_str(), row["tag"].as_str()),
+        (Some("5"), Some("keep")),
+        "the fence keeps the row"
+    );
+    let fence = row["expiry"].as_u64().unwrap();
+    let beat = f.heartbeat(&worker, &session, json!({})).json();
+    let m = &beat["messages"][0];
+    assert_eq!(
+        (m["type"].as_str(), m["ns"].as_str(), m["id"].as_str()),
+        (Some("wind_down"), Some("/threads"), Some("t1"))
+    );
+    assert!(
+        (59..=60).contains(&m["deadline"].as_u64().unwrap()),
+        "{beat}"
+    );
+
+    // null clears the fence, and the owner hears the revocation.
+    let r = wind(
+        &ops,
+        json!({"namespace": "/threads", "id": "t1", "deadline": null}),
+    );
+    assert_eq!(r.json(), json!({"queued": true}));
+    assert!(f.row("/threads", "t1").unwrap().get("expiry").is_none());
+    let beat = f
+        .heartbeat(&worker, &session, json!({"acks": [m["msgId"].clone()]}))
+        .json();
+    assert_eq!(beat["messages"].as_array().unwrap().len(), 1, "{beat}");
+    assert!(beat["messages"][0]["deadline"].is_null(), "{beat}");
+
+    // A short deadline still fences for at least a lease; no row: nothing queued.
+    wind(
+        &ops,
+        json!({"namespace": "/threads", "id": "t1", "deadline": 1}),
+    );
+    assert!(
+        f.row("/threads", "t1").unwrap()["expiry"].as_u64().unwrap() >= fence - 60_000 + 14_000
+    );
+    assert_eq!(
+        wind(
+            &ops,
+            json!({"namespace": "/threads", "id": "none", "deadline": 5})
+        )
+        .json(),
+        json!({"queued": false})
+    );
+
+    // Without an id: every placement of the namespace.
+    f.put_row("/docs", "d1", json!({"sessionId": session, "epoch": "1"}));
+    f.put_row("/docs", "d2", json!({"sessionId": session, "epoch": "2"}));
+    f.put_row(
+        "/docs",
+        "d3",
+        json!({"sessionId": "gone-session", "epoch": "3"}),
+    );
+    let r = wind(&ops, json!({"namespace": "/docs", "deadline": 30}));
+    assert_eq!(
+        r.json(),
+        json!({"queued": 2}),
+        "the row of a gone owner is fenced, not queued"
+    );
+    assert!(f.row("/docs", "d3").unwrap()["expiry"].is_u64());
+
+    let refusal = |r: Reply| {
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(
+        refusal(wind(
+            &ops,
+            json!({"namespace": "/threads", "id": "t1", "deadline": 1, "env": "e"})
+        )),
+        (400, "env requires hostname-aware mode".into())
+    );
+    assert_eq!(
+        refusal(wind(&ops, json!({"namespace": "threads", "deadline": 1}))),
+        (400, "invalid namespace".into())
+    );
+    assert!(
+        refusal(wind(
+            &ops,
+            json!({"namespace": "/threads", "deadline": "x"})
+        ))
+        .1
+        .starts_with("expected {namespace")
+    );
+    let narrow = token("ops", &["pinboard:operator"], &["/docs"]);
+    assert_eq!(
+        refusal(wind(
+            &narrow,
+            json!({"namespace": "/threads", "id": "t1", "deadline": 1})
+        )),
+        (403, "namespace not allowed: /threads".into())
+    );
+    assert_eq!(
+        refusal(wind(
+            &f.token,
+            json!({"namespace": "/threads", "id": "t1", "deadline": 1})
+        )),
+        (403, "forbidden".into())
+    );
+}
+
+#[test]
+fn a_wind_down_fence_outlives_its_owner_and_reaches_the_next() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    let fence = 4_000_000_000_000u64;
+    f.put_row(
+        "/threads",
+        "ghosted",
+        json!({"sessionId": "dead-owner", "epoch": "1", "expiry": fence}),
+    );
+    let r = support::http::get(f.node.addr, "/threads/ghosted", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let row = f.row("/threads", "ghosted").unwrap();
+    assert_eq!(
+        (row["sessionId"].as_str(), row["expiry"].as_u64()),
+        (Some(session.as_str()), Some(fence))
+    );
+    let beat = f.heartbeat(&worker, &session, json!({})).json();
+    assert_eq!(beat["messages"][0]["id"], "ghosted", "{beat}");
+}

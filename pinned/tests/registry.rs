@@ -374,7 +374,6 @@ fn a_higher_epoch_registration_supersedes_this_one() {
 }
 
 #[test]
-#[ignore = "needs registry routes and POST /registry/wind_down"]
 fn wind_down_reaches_the_application_once() {
     let fleet = Fleet::start(&[]);
     let app = Recorder::default();

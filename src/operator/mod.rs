@@ -4,7 +4,9 @@
 mod drain;
 mod health;
 mod metrics;
+mod wind_down;
 
 pub use drain::{drain, undrain};
 pub use health::{healthz, readyz, registry_health};
 pub use metrics::metrics;
+pub use wind_down::wind_down;

@@ -29,6 +29,9 @@ pub struct Placement {
     pub placed: bool,
     /// The id is on the overwritten list: a 2xx from the new owner clears the marker.
     pub overwritten: bool,
+    /// A wind-down fence (ms) this new placement inherited from a dead owner's row: the new
+    /// owner must be told.
+    pub inherited_wind_down: Option<u64>,
 }
 
 /// What a resolve decided.
@@ -227,6 +230,7 @@ fn parse(reply: &Reply) -> Option<Outcome> {
             secret: text(4)?.to_owned(),
             placed: text(5)? == "1",
             overwritten: text(6)? == "1",
+            inherited_wind_down: text(7)?.parse().ok(),
         }),
         "unknown-ns" => Outcome::UnknownNs,
         "no-backends" => Outcome::NoBackends,

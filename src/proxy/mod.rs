@@ -267,6 +267,10 @@ pub async fn handle(
             }
             refusal => return Ok(refusal.refusal()),
         };
+        if let Some(fence) = placement.inherited_wind_down {
+            let message = [(route.ns.to_owned(), route.id.to_owned(), Some(fence))];
+            crate::registry::control_push(core, &placement.session_id, &message).await?;
+        }
         let Some(worker) = core.proxy.worker(&placement) else {
             return Ok(bad_gateway());
         };

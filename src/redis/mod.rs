@@ -22,7 +22,7 @@ pub use connection::encode_command;
 pub use keys::{Keys, bucket_of};
 pub use script::{
     BINDING, BUCKET_WORKER, CONTROL_PUSH, DRAIN, FLEET, HEARTBEAT, OVERWRITTEN_CLEAR, READY,
-    REGISTER, RELEASE, RESOLVE, SESSION_DROP, Script, TAG,
+    REGISTER, RELEASE, RESOLVE, SESSION_DROP, Script, TAG, WIND_DOWN,
 };
 pub use target::{Endpoint, RedisTarget};
 

@@ -54,6 +54,8 @@ pub static BUCKET_WORKER: LazyLock<Script> = script!("bucket_worker");
 pub static RELEASE: LazyLock<Script> = script!("release");
 /// Placement: the one live owner of (env, namespace, id), or why not.
 pub static RESOLVE: LazyLock<Script> = script!("resolve");
+/// An operator wind-down: stamps or clears rows' wind-down expiry, compare-and-set.
+pub static WIND_DOWN: LazyLock<Script> = script!("wind_down");
 /// An operator drain of a client: set (timed or cordon) or clear.
 pub static DRAIN: LazyLock<Script> = script!("drain");
 /// The fleet license claim and membership entry of a node.

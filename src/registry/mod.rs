@@ -47,7 +47,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     // Unknown registry paths authenticate as worker routes before answering, so probing
     // them tells an unauthenticated caller nothing about which routes exist.
     let scope = match route {
-        "/health" | "/drain" | "/undrain" => OPERATOR_SCOPE,
+        "/health" | "/drain" | "/undrain" | "/wind_down" => OPERATOR_SCOPE,
         _ => WORKER_SCOPE,
     };
     let credential = match authorize(core, req, scope) {
@@ -66,7 +66,14 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     }
     let known = matches!(
         route,
-        "/register" | "/heartbeat" | "/release" | "/tag" | "/deregister" | "/drain" | "/undrain"
+        "/register"
+            | "/heartbeat"
+            | "/release"
+            | "/tag"
+            | "/deregister"
+            | "/drain"
+            | "/undrain"
+            | "/wind_down"
     );
     if !known {
         return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
@@ -81,6 +88,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
         "/tag" => release::tag(core, req, &credential).await,
         "/drain" => crate::operator::drain(core, req, &credential).await,
         "/undrain" => crate::operator::undrain(core, req, &credential).await,
+        "/wind_down" => crate::operator::wind_down(core, req, &credential).await,
         _ => deregister::deregister(core, req, &credential).await,
     }
 }
@@ -178,14 +186,17 @@ struct WindDown<'a> {
     kind: &'static str,
     ns: &'a str,
     id: &'a str,
-    deadline: u64,
+    /// Absolute ms; absent revokes an earlier wind-down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<u64>,
 }
 
-/// Queues a `wind_down` message to `session_id` for each (ns, id, deadline ms).
-async fn control_push(
+/// Queues a `wind_down` message to `session_id` for each (ns, id, deadline ms or none to
+/// revoke).
+pub(crate) async fn control_push(
     core: &Core,
     session_id: &str,
-    wind_downs: &[(String, String, u64)],
+    wind_downs: &[(String, String, Option<u64>)],
 ) -> Result<(), Error> {
     if wind_downs.is_empty() {
         return Ok(());

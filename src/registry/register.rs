@@ -173,7 +173,12 @@ pub async fn register(
         store::drop_session(core, &s.session_id, false).await?;
         return Ok(unknown_session());
     }
-    control_push(core, &s.session_id, &buckets.wind_downs).await?;
+    let wind_downs: Vec<_> = buckets
+        .wind_downs
+        .into_iter()
+        .map(|(ns, id, deadline)| (ns, id, Some(deadline)))
+        .collect();
+    control_push(core, &s.session_id, &wind_downs).await?;
     info!(session = %s.session_id, client = %s.client_id, url = %s.advertise_url, "worker registered");
 
     let drain_deadline = outcome

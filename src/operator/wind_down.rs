@@ -1,0 +1,215 @@
+//! `POST /registry/wind_down`: an operator fences placements — one id, or every id of an
+//! (env, namespace) — at a deadline, and the owner hears it as a `wind_down` control message.
+//! The fence lives on the row, so it survives the owner's death and reaches a replacement.
+
+use std::collections::BTreeMap;
+
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::http::{Request, Response, read_json};
+use crate::node::Core;
+use crate::passport::{Credential, RouteClaim};
+use crate::redis::{WIND_DOWN, bucket_of};
+use crate::registry::{SINGLE_ENV, Session, control_push, load_session, valid_id, valid_namespace};
+
+const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
+
+#[derive(Deserialize)]
+struct Body {
+    namespace: String,
+    id: Option<String>,
+    /// Seconds; `null` (or absent) clears the fence.
+    deadline: Option<f64>,
+    env: Option<String>,
+}
+
+/// A placement row as read before stamping.
+struct Row {
+    id: String,
+    session_id: String,
+    epoch: String,
+    hostname: Option<String>,
+}
+
+fn bad_request(message: &str) -> Response {
+    Response::error(StatusCode::BAD_REQUEST, message)
+}
+
+fn forbidden(message: &str) -> Response {
+    Response::error(StatusCode::FORBIDDEN, message)
+}
+
+pub async fn wind_down(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+) -> Result<Response, Error> {
+    let body: Body = match read_json(req, 1024 * 1024, SHAPE).await {
+        Ok(body) => body,
+        Err(refusal) => return Ok(refusal),
+    };
+    if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
+        return Ok(bad_request(&format!("expected {SHAPE}")));
+    }
+    let ns = body.namespace.as_str();
+    if !valid_namespace(ns) {
+        return Ok(bad_request("invalid namespace"));
+    }
+    if body.id.as_deref().is_some_and(|id| !valid_id(id)) {
+        return Ok(bad_request("invalid instance id"));
+    }
+    let env = match (core.shared.config.hostname_aware, &body.env) {
+        (true, None) => return Ok(bad_request("env is required in hostname-aware mode")),
+        (false, Some(_)) => return Ok(bad_request("env requires hostname-aware mode")),
+        (true, Some(env)) => env.to_lowercase(),
+        (false, None) => SINGLE_ENV.to_owned(),
+    };
+    let Ok(claim) = credential.route_claim() else {
+        return Ok(forbidden("forbidden"));
+    };
+    if !claim.allows_namespace(ns) {
+        return Ok(forbidden(&format!("namespace not allowed: {ns}")));
+    }
+    if core.shared.config.hostname_aware && !claim.allows_env(&env) {
+        return Ok(forbidden(&format!("env not allowed: {env}")));
+    }
+
+    // Read the rows, judge each on its owner (or, with the owner gone, on the row's hostname),
+    // then stamp only those still as read.
+    let rows = read_rows(core, &env, ns, body.id.as_deref()).await?;
+    if body.id.is_some() && rows.is_empty() {
+        return Ok(Response::json(StatusCode::OK, &br#"{"queued":false}"#[..]));
+    }
+    let mut owners: BTreeMap<String, Option<Session>> = BTreeMap::new();
+    let mut in_scope = Vec::new();
+    for row in rows {
+        if !owners.contains_key(&row.session_id) {
+            let owner = load_session(core, &row.session_id).await?;
+            owners.insert(row.session_id.clone(), owner);
+        }
+        let owner = owners[&row.session_id].as_ref();
+        if covers(claim, owner, &row, ns) {
+            in_scope.push(row);
+        } else if body.id.is_some() {
+            return Ok(forbidden("forbidden"));
+        }
+    }
+    let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
+    let lease = core.shared.config.lease_ttl_ms.to_string();
+    let mut by_bucket: BTreeMap<u32, Vec<&Row>> = BTreeMap::new();
+    for row in &in_scope {
+        by_bucket
+            .entry(bucket_of(&row.id, core.shared.config.shards))
+            .or_default()
+            .push(row);
+    }
+    let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> = BTreeMap::new();
+    for (bucket, rows) in by_bucket {
+        let mut args: Vec<&[u8]> = vec![
+            env.as_bytes(),
+            ns.as_bytes(),
+            deadline.as_bytes(),
+            lease.as_bytes(),
+        ];
+        for row in &rows {
+            args.extend([
+                row.id.as_bytes(),
+                row.session_id.as_bytes(),
+                row.epoch.as_bytes(),
+            ]);
+        }
+        let reply = core
+            .redis
+            .evalsha(&WIND_DOWN, &[core.keys.bucket(bucket).as_bytes()], &args)
+            .await?;
+        let stamped: Vec<(String, String, Value)> = reply
+            .as_bytes()
+            .and_then(|raw| serde_json::from_slice(raw).ok())
+            .unwrap_or_default();
+        for (id, session, expiry) in stamped {
+            // A fence whose owner is gone waits for the replacement owner.
+            if owners.get(&session).is_some_and(Option::is_some) {
+                messages
+                    .entry(session)
+                    .or_default()
+                    .push((ns.to_owned(), id, expiry.as_u64()));
+            }
+        }
+    }
+    let mut queued = 0;
+    for (session, list) in &messages {
+        control_push(core, session, list).await?;
+        queued += list.len();
+    }
+    let answer = match body.id {
+        Some(_) => serde_json::json!({ "queued": queued > 0 }),
+        None => serde_json::json!({ "queued": queued }),
+    };
+    Ok(Response::json_value(StatusCode::OK, &answer))
+}
+
+/// Whether the claim covers a row: by its owner's hostname and env for `ns`, or by the row's
+/// hostname when the owner's record is gone.
+fn covers(claim: &RouteClaim, owner: Option<&Session>, row: &Row, ns: &str) -> bool {
+    match owner {
+        Some(owner) => {
+            owner
+                .hostname
+                .as_deref()
+                .is_none_or(|h| claim.allows_hostname(h))
+                && (owner.hostname.is_none() || claim.allows_env(owner.env_of(ns)))
+        }
+        None => row
+            .hostname
+            .as_deref()
+            .is_none_or(|h| claim.allows_hostname(h)),
+    }
+}
+
+async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result<Vec<Row>, Error> {
+    let shards = core.shared.config.shards;
+    let parse = |id: &str, raw: &[u8]| {
+        let row: Value = serde_json::from_slice(raw).ok()?;
+        Some(Row {
+            id: id.to_owned(),
+            session_id: row.get("sessionId")?.as_str()?.to_owned(),
+            epoch: row
+                .get("epoch")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            hostname: row
+                .get("hostname")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    };
+    let mut rows = Vec::new();
+    match id {
+        Some(id) => {
+            let key = core.keys.placements(bucket_of(id, shards), env, ns);
+            let reply = core
+                .redis
+                .cmd(&[b"HGET", key.as_bytes(), id.as_bytes()])
+                .await?;
+            rows.extend(reply.as_bytes().and_then(|raw| parse(id, raw)));
+        }
+        None => {
+            for bucket in 0..shards {
+                let key = core.keys.placements(bucket, env, ns);
+                let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+                for pair in reply.as_array().unwrap_or_default().chunks(2) {
+                    if let [id, raw] = pair
+                        && let (Some(id), Some(raw)) = (id.as_str(), raw.as_bytes())
+                    {
+                        rows.extend(parse(id, raw));
+                    }
+                }
+            }
+        }
+    }
+    Ok(rows)
+}
