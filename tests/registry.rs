@@ -1182,3 +1182,65 @@ fn a_wind_down_fence_outlives_its_owner_and_reaches_the_next() {
     let beat = f.heartbeat(&worker, &session, json!({})).json();
     assert_eq!(beat["messages"][0]["id"], "ghosted", "{beat}");
 }
+
+#[test]
+fn operator_views_of_workers_and_their_stats() {
+    let f = Fixture::new(&[]);
+    let (a, b) = (TestWorker::start("secret-a"), TestWorker::start("secret-b"));
+    let sa = f.registered(&a, "a");
+    let sb = f.register(&b, "b", json!({"namespaces": ["/docs"]})).json()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+
+    let workers = support::http::get(f.node.addr, "/registry/workers", Some(&ops)).json();
+    let list = workers["workers"].as_array().unwrap();
+    let mut expected = vec![sa.clone(), sb.clone()];
+    expected.sort();
+    assert_eq!(
+        list.iter()
+            .map(|w| w["sessionId"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>(),
+        expected
+    );
+    let wa = list.iter().find(|w| w["sessionId"] == sa).unwrap();
+    assert_eq!(wa["namespaces"], json!(["/docs", "/threads"]));
+    assert_eq!(
+        (wa["clientId"].as_str(), wa["advertiseUrl"].as_str()),
+        (Some("a"), Some(a.url().as_str()))
+    );
+    assert!(
+        wa.get("secret").is_none() && wa.get("account").is_none(),
+        "{wa}"
+    );
+    assert!(wa["expiry"].is_u64() && wa["headroom"].is_number() && wa["draining"] == false);
+
+    let narrow = token("ops", &["pinboard:operator"], &["/threads"]);
+    let workers = support::http::get(f.node.addr, "/registry/workers", Some(&narrow)).json();
+    assert_eq!(workers["workers"].as_array().unwrap().len(), 1, "{workers}");
+    assert_eq!(workers["workers"][0]["namespaces"], json!(["/threads"]));
+    assert_eq!(
+        support::http::get(f.node.addr, "/registry/workers", Some(&f.token)).status,
+        403
+    );
+
+    // Stats: each worker's own /_pinned/stats, attested for its session.
+    b.stop();
+    let stats = support::http::get(f.node.addr, "/registry/stats", Some(&ops)).json();
+    let entries = stats["workers"].as_array().unwrap();
+    let ea = entries.iter().find(|e| e["sessionId"] == sa).unwrap();
+    assert_eq!(ea["stats"]["path"], "/_pinned/stats", "{ea}");
+    let token_seen = ea["stats"]["headers"]["pinboard-attestation"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        support::attest::claims_of(token_seen, "secret-a")["aud"],
+        sa
+    );
+    let eb = entries.iter().find(|e| e["sessionId"] == sb).unwrap();
+    assert_eq!(
+        (eb["error"].as_str(), eb["clientId"].as_str()),
+        (Some("unreachable"), Some("b"))
+    );
+}

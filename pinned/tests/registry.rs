@@ -420,7 +420,6 @@ fn wind_down_reaches_the_application_once() {
 }
 
 #[test]
-#[ignore = "needs registry routes, the data plane and GET /registry/stats"]
 fn requests_through_the_node_reach_the_instance() {
     let fleet = Fleet::start(&[]);
     let app = Recorder::default();

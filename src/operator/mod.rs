@@ -4,9 +4,11 @@
 mod drain;
 mod health;
 mod metrics;
+mod views;
 mod wind_down;
 
 pub use drain::{drain, undrain};
 pub use health::{healthz, readyz, registry_health};
 pub use metrics::metrics;
+pub use views::{stats, workers};
 pub use wind_down::wind_down;

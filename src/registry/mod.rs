@@ -47,7 +47,7 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     // Unknown registry paths authenticate as worker routes before answering, so probing
     // them tells an unauthenticated caller nothing about which routes exist.
     let scope = match route {
-        "/health" | "/drain" | "/undrain" | "/wind_down" => OPERATOR_SCOPE,
+        "/health" | "/workers" | "/stats" | "/drain" | "/undrain" | "/wind_down" => OPERATOR_SCOPE,
         _ => WORKER_SCOPE,
     };
     let credential = match authorize(core, req, scope) {
@@ -63,6 +63,15 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     }
     if !core.shared.is_serving() {
         return Ok(not_serving());
+    }
+    if matches!(route, "/workers" | "/stats") {
+        if !matches!(*req.method(), Method::GET | Method::HEAD) {
+            return Ok(method_not_allowed("GET"));
+        }
+        return match route {
+            "/workers" => crate::operator::workers(core, &credential).await,
+            _ => crate::operator::stats(core, &credential).await,
+        };
     }
     let known = matches!(
         route,
