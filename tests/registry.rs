@@ -1244,3 +1244,108 @@ fn operator_views_of_workers_and_their_stats() {
         (Some("unreachable"), Some("b"))
     );
 }
+
+#[test]
+fn operator_overview_with_filters() {
+    let f = Fixture::new(&[]);
+    let (a, b) = (TestWorker::start("a"), TestWorker::start("b"));
+    let sa = f.registered(&a, "a");
+    let sb = f
+        .register(&b, "b", json!({"namespaces": ["/threads"]}))
+        .json()["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    f.put_row(
+        "/threads",
+        "H~1",
+        json!({"sessionId": sa, "epoch": "1", "tag": "ws:W"}),
+    );
+    f.put_row("/threads", "H~2", json!({"sessionId": sb, "epoch": "2"}));
+    f.put_row(
+        "/threads",
+        "other",
+        json!({"sessionId": sa, "epoch": "3", "tag": "ws:W"}),
+    );
+    f.put_row(
+        "/threads",
+        "orphan",
+        json!({"sessionId": "gone", "epoch": "4"}),
+    );
+    f.put_row(
+        "/threads",
+        "fenced",
+        json!({"sessionId": sa, "epoch": "5", "expiry": 1}),
+    );
+    f.put_row("/docs", "d1", json!({"sessionId": sa, "epoch": "6"}));
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let overview = |query: &str| {
+        support::http::get(
+            f.node.addr,
+            &format!("/registry/overview{query}"),
+            Some(&ops),
+        )
+    };
+
+    let all = overview("").json();
+    assert!(all.get("workers").is_some(), "{all}");
+    assert_eq!(all["workers"].as_array().unwrap().len(), 2);
+    assert_eq!(all["bindings"], json!({"hostnames": {}, "envs": {}}));
+    let threads = all["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["namespace"] == "/threads")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (threads["hostname"].clone(), threads["env"].clone()),
+        (Value::Null, json!("default"))
+    );
+    let mut ids: Vec<String> = threads["sessionIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let mut want = vec![sa.clone(), sb.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    let entries: Vec<&str> = threads["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(entries, vec!["H~1", "H~2", "other"], "live placements only");
+    assert_eq!(
+        threads["entries"][0],
+        json!({"id": "H~1", "sessionId": sa, "tag": "ws:W"})
+    );
+
+    let one = overview("?ns=/threads&prefix=H~&tag=ws:W").json();
+    let namespaces = one["namespaces"].as_array().unwrap();
+    assert_eq!(namespaces.len(), 1, "ns drops other namespaces");
+    assert_eq!(
+        namespaces[0]["entries"],
+        json!([{"id": "H~1", "sessionId": sa, "tag": "ws:W"}])
+    );
+
+    let refusal = |r: Reply| {
+        (
+            r.status,
+            r.json()["error"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(
+        refusal(overview("?ns=threads")),
+        (400, "invalid namespace".into())
+    );
+    assert_eq!(refusal(overview("?tag=")), (400, "empty tag".into()));
+    let narrow = token("ops", &["pinboard:operator"], &["/docs"]);
+    let docs = support::http::get(f.node.addr, "/registry/overview", Some(&narrow)).json();
+    assert_eq!(docs["workers"].as_array().unwrap().len(), 1, "{docs}");
+    assert_eq!(docs["namespaces"].as_array().unwrap().len(), 1);
+    assert_eq!(docs["namespaces"][0]["namespace"], "/docs");
+}

@@ -10,5 +10,5 @@ mod wind_down;
 pub use drain::{drain, undrain};
 pub use health::{healthz, readyz, registry_health};
 pub use metrics::metrics;
-pub use views::{stats, workers};
+pub use views::{OverviewFilter, overview, stats, workers};
 pub use wind_down::wind_down;

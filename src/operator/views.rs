@@ -1,7 +1,9 @@
-//! The operator's read views of the fleet: `GET /registry/workers` (the live worker records)
-//! and `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). Both show
-//! only what the credential's claims cover.
+//! The operator's read views of the fleet: `GET /registry/workers` (the live worker records),
+//! `GET /registry/overview` (workers, bindings and live placements, filterable) and
+//! `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). All show only
+//! what the credential's claims cover.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
@@ -25,47 +27,80 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Live sessions the claim covers, their namespaces (and envs) cut down to the covered ones,
-/// sorted by hostname, then session.
-async fn visible_sessions(core: &Core, claim: &RouteClaim) -> Result<Vec<Session>, Error> {
+/// Every live session the registry has.
+async fn live_sessions(core: &Core) -> Result<Vec<Session>, Error> {
     let key = format!("{}sessions", core.keys.registry());
     let reply = core.redis.cmd(&[b"HVALS", key.as_bytes()]).await?;
     let now = now_ms();
-    let mut sessions: Vec<Session> = Vec::new();
+    let mut sessions = Vec::new();
     for raw in reply.as_array().unwrap_or_default() {
         let Some(raw) = raw.as_bytes() else { continue };
-        let mut session: Session = serde_json::from_slice(raw)
+        let session: Session = serde_json::from_slice(raw)
             .map_err(|e| Error::because(Origin::Internal, "stored session", e))?;
-        if session.expiry <= now
-            || session
-                .hostname
-                .as_deref()
-                .is_some_and(|h| !claim.allows_hostname(h))
-        {
-            continue;
-        }
-        let kept: Vec<String> = session
-            .namespaces
-            .iter()
-            .filter(|ns| {
-                // Envs exist in hostname-aware mode only.
-                claim.allows_namespace(ns)
-                    && (session.hostname.is_none() || claim.allows_env(session.env_of(ns)))
-            })
-            .cloned()
-            .collect();
-        session.envs.retain(|ns, _| kept.contains(ns));
-        session.namespaces = kept;
-        if !session.namespaces.is_empty() {
+        if session.expiry > now {
             sessions.push(session);
         }
     }
-    sessions.sort_by(|a, b| (&a.hostname, &a.session_id).cmp(&(&b.hostname, &b.session_id)));
     Ok(sessions)
+}
+
+/// The sessions the claim covers, their namespaces (and envs) cut down to the covered ones,
+/// sorted by hostname, then session.
+fn visible(sessions: &[Session], claim: &RouteClaim) -> Vec<Session> {
+    let mut shown: Vec<Session> = sessions
+        .iter()
+        .filter(|s| {
+            s.hostname
+                .as_deref()
+                .is_none_or(|h| claim.allows_hostname(h))
+        })
+        .filter_map(|s| {
+            let mut session = s.clone();
+            let kept: Vec<String> = session
+                .namespaces
+                .iter()
+                .filter(|ns| {
+                    // Envs exist in hostname-aware mode only.
+                    claim.allows_namespace(ns)
+                        && (session.hostname.is_none() || claim.allows_env(session.env_of(ns)))
+                })
+                .cloned()
+                .collect();
+            session.envs.retain(|ns, _| kept.contains(ns));
+            session.namespaces = kept;
+            (!session.namespaces.is_empty()).then_some(session)
+        })
+        .collect();
+    shown.sort_by(|a, b| (&a.hostname, &a.session_id).cmp(&(&b.hostname, &b.session_id)));
+    shown
+}
+
+async fn visible_sessions(core: &Core, claim: &RouteClaim) -> Result<Vec<Session>, Error> {
+    Ok(visible(&live_sessions(core).await?, claim))
 }
 
 fn claim(credential: &Credential) -> Option<&RouteClaim> {
     credential.route_claim().ok()
+}
+
+/// A worker as the read views list it: the record without secret and account.
+fn worker_entry(s: &Session) -> Value {
+    let mut entry = json!({
+        "sessionId": s.session_id,
+        "clientId": s.client_id,
+        "advertiseUrl": s.advertise_url,
+        "namespaces": s.namespaces,
+        "hostname": s.hostname,
+        "envs": s.envs,
+        "takeover": s.takeover.map(|t| t.as_str()),
+        "headroom": s.headroom,
+        "draining": s.draining,
+        "expiry": s.expiry,
+    });
+    if let Some(since) = s.degraded_since {
+        entry["degradedSince"] = since.into();
+    }
+    entry
 }
 
 pub async fn workers(core: &Core, credential: &Credential) -> Result<Response, Error> {
@@ -74,30 +109,171 @@ pub async fn workers(core: &Core, credential: &Credential) -> Result<Response, E
     };
     let workers: Vec<Value> = visible_sessions(core, claim)
         .await?
-        .into_iter()
-        .map(|s| {
-            let mut entry = json!({
-                "sessionId": s.session_id,
-                "clientId": s.client_id,
-                "advertiseUrl": s.advertise_url,
-                "namespaces": s.namespaces,
-                "hostname": s.hostname,
-                "envs": s.envs,
-                "takeover": s.takeover.map(|t| t.as_str()),
-                "headroom": s.headroom,
-                "draining": s.draining,
-                "expiry": s.expiry,
-            });
-            if let Some(since) = s.degraded_since {
-                entry["degradedSince"] = since.into();
-            }
-            entry
-        })
+        .iter()
+        .map(worker_entry)
         .collect();
     Ok(Response::json_value(
         StatusCode::OK,
         &json!({ "workers": workers }),
     ))
+}
+
+/// `GET /registry/overview` filters: `ns`, `prefix`, `tag` (ANDed).
+pub struct OverviewFilter<'q> {
+    pub ns: Option<&'q str>,
+    pub prefix: Option<&'q str>,
+    pub tag: Option<&'q str>,
+}
+
+impl<'q> OverviewFilter<'q> {
+    /// The filters of a query string, or the spec's 400.
+    pub fn parse(query: Option<&'q str>) -> Result<OverviewFilter<'q>, Response> {
+        let mut filter = OverviewFilter {
+            ns: None,
+            prefix: None,
+            tag: None,
+        };
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "ns" => filter.ns = Some(v),
+                "prefix" => filter.prefix = Some(v),
+                "tag" => filter.tag = Some(v),
+                _ => {}
+            }
+        }
+        if filter
+            .ns
+            .is_some_and(|ns| !crate::registry::valid_namespace(ns))
+        {
+            return Err(Response::error(
+                StatusCode::BAD_REQUEST,
+                "invalid namespace",
+            ));
+        }
+        if filter.tag.is_some_and(|t| t.trim().is_empty()) {
+            return Err(Response::error(StatusCode::BAD_REQUEST, "empty tag"));
+        }
+        Ok(filter)
+    }
+}
+
+pub async fn overview(
+    core: &Core,
+    credential: &Credential,
+    filter: &OverviewFilter<'_>,
+) -> Result<Response, Error> {
+    let Some(claim) = claim(credential) else {
+        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+    };
+    let live = live_sessions(core).await?;
+    let shown = visible(&live, claim);
+    let live_ids: std::collections::BTreeSet<&str> =
+        live.iter().map(|s| s.session_id.as_str()).collect();
+
+    // (hostname, env, namespace) → the sessions serving it.
+    let mut groups: BTreeMap<(Option<String>, String, String), Vec<String>> = BTreeMap::new();
+    for s in &shown {
+        for ns in s
+            .namespaces
+            .iter()
+            .filter(|ns| filter.ns.is_none_or(|f| f == ns.as_str()))
+        {
+            groups
+                .entry((s.hostname.clone(), s.env_of(ns).to_owned(), ns.clone()))
+                .or_default()
+                .push(s.session_id.clone());
+        }
+    }
+    let now = now_ms();
+    let mut rows_of: BTreeMap<(String, String), Vec<(String, Value)>> = BTreeMap::new();
+    let mut namespaces = Vec::new();
+    for ((hostname, env, ns), session_ids) in groups {
+        if !rows_of.contains_key(&(env.clone(), ns.clone())) {
+            let rows = placements(core, &env, &ns).await?;
+            rows_of.insert((env.clone(), ns.clone()), rows);
+        }
+        let entries: Vec<Value> = rows_of[&(env.clone(), ns.clone())]
+            .iter()
+            .filter(|(id, row)| {
+                let owner = row["sessionId"].as_str().unwrap_or("");
+                let fenced = row["expiry"].as_u64().is_some_and(|e| e <= now);
+                live_ids.contains(owner)
+                    && !fenced
+                    && (hostname.is_none() || row["hostname"].as_str() == hostname.as_deref())
+                    && filter.prefix.is_none_or(|p| id.starts_with(p))
+                    && filter.tag.is_none_or(|t| row["tag"].as_str() == Some(t))
+            })
+            .map(|(id, row)| {
+                let mut entry = json!({ "id": id, "sessionId": row["sessionId"] });
+                for optional in ["expiry", "tag"] {
+                    if let Some(v) = row.get(optional) {
+                        entry[optional] = v.clone();
+                    }
+                }
+                entry
+            })
+            .collect();
+        namespaces.push(json!({
+            "hostname": hostname, "env": env, "namespace": ns,
+            "sessionIds": session_ids, "entries": entries,
+        }));
+    }
+    let bindings = json!({
+        "hostnames": visible_bindings(core, "bind:hosts", |key, b| {
+            let ns = key.find('/').map_or("", |i| &key[i..]);
+            claim.allows_hostname(&key[..key.len() - ns.len()])
+                && claim.allows_namespace(ns)
+                && claim.allows_env(b["env"].as_str().unwrap_or(""))
+        }, |b| b["env"].clone()).await?,
+        "envs": visible_bindings(core, "bind:envs", |env, _| claim.allows_env(env), |b| b["takeover"].clone()).await?,
+    });
+    let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
+    Ok(Response::json_value(
+        StatusCode::OK,
+        &json!({ "workers": workers, "bindings": bindings, "namespaces": namespaces }),
+    ))
+}
+
+/// Every row of (env, ns), across the buckets.
+async fn placements(core: &Core, env: &str, ns: &str) -> Result<Vec<(String, Value)>, Error> {
+    let mut rows = Vec::new();
+    for bucket in 0..core.shared.config.shards {
+        let key = core.keys.placements(bucket, env, ns);
+        let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+        for pair in reply.as_array().unwrap_or_default().chunks(2) {
+            if let [id, raw] = pair
+                && let (Some(id), Some(raw)) = (id.as_str(), raw.as_bytes())
+                && let Ok(row) = serde_json::from_slice::<Value>(raw)
+            {
+                rows.push((id.to_owned(), row));
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(rows)
+}
+
+/// A bindings hash as `{key: shown value}`, keeping what `allowed` says the claim covers.
+async fn visible_bindings(
+    core: &Core,
+    hash: &str,
+    allowed: impl Fn(&str, &Value) -> bool,
+    shown: impl Fn(&Value) -> Value,
+) -> Result<Map<String, Value>, Error> {
+    let key = format!("{}{hash}", core.keys.registry());
+    let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+    let mut out = Map::new();
+    for pair in reply.as_array().unwrap_or_default().chunks(2) {
+        if let [k, raw] = pair
+            && let (Some(k), Some(raw)) = (k.as_str(), raw.as_bytes())
+            && let Ok(binding) = serde_json::from_slice::<Value>(raw)
+            && allowed(k, &binding)
+        {
+            out.insert(k.to_owned(), shown(&binding));
+        }
+    }
+    Ok(out)
 }
 
 pub async fn stats(core: &Core, credential: &Credential) -> Result<Response, Error> {

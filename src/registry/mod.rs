@@ -47,7 +47,9 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     // Unknown registry paths authenticate as worker routes before answering, so probing
     // them tells an unauthenticated caller nothing about which routes exist.
     let scope = match route {
-        "/health" | "/workers" | "/stats" | "/drain" | "/undrain" | "/wind_down" => OPERATOR_SCOPE,
+        "/health" | "/workers" | "/overview" | "/stats" | "/drain" | "/undrain" | "/wind_down" => {
+            OPERATOR_SCOPE
+        }
         _ => WORKER_SCOPE,
     };
     let credential = match authorize(core, req, scope) {
@@ -64,12 +66,16 @@ pub async fn handle(core: &Core, req: &mut Request<'_>, path: &str) -> Result<Re
     if !core.shared.is_serving() {
         return Ok(not_serving());
     }
-    if matches!(route, "/workers" | "/stats") {
+    if matches!(route, "/workers" | "/overview" | "/stats") {
         if !matches!(*req.method(), Method::GET | Method::HEAD) {
             return Ok(method_not_allowed("GET"));
         }
         return match route {
             "/workers" => crate::operator::workers(core, &credential).await,
+            "/overview" => match crate::operator::OverviewFilter::parse(req.head.uri.query()) {
+                Ok(filter) => crate::operator::overview(core, &credential, &filter).await,
+                Err(refusal) => Ok(refusal),
+            },
             _ => crate::operator::stats(core, &credential).await,
         };
     }
