@@ -4,6 +4,7 @@
 //! what the credential's claims cover.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
@@ -189,11 +190,11 @@ pub async fn overview(
     let mut rows_of: BTreeMap<(String, String), Vec<(String, Value)>> = BTreeMap::new();
     let mut namespaces = Vec::new();
     for ((hostname, env, ns), session_ids) in groups {
-        if !rows_of.contains_key(&(env.clone(), ns.clone())) {
-            let rows = placements(core, &env, &ns).await?;
-            rows_of.insert((env.clone(), ns.clone()), rows);
-        }
-        let entries: Vec<Value> = rows_of[&(env.clone(), ns.clone())]
+        let rows = match rows_of.entry((env.clone(), ns.clone())) {
+            Entry::Occupied(rows) => rows.into_mut(),
+            Entry::Vacant(slot) => slot.insert(placements(core, &env, &ns).await?),
+        };
+        let entries: Vec<Value> = rows
             .iter()
             .filter(|(id, row)| {
                 let owner = row["sessionId"].as_str().unwrap_or("");
