@@ -679,12 +679,13 @@ fn unknown_routes_and_methods() {
     assert_eq!(error_of(&r), (404, "not found".into()));
 }
 
-fn hostname_token(hostnames: &[&str], envs: &[&str]) -> String {
+/// A credential of account `acct-a` with `scope`, restricted to `hostnames` and `envs`.
+fn hostname_token(scope: &str, hostnames: &[&str], envs: &[&str]) -> String {
     pinboard::passport::mint(
         support::node::SECRET,
         &pinboard::passport::TokenRequest {
             sub: "acct-a".into(),
-            scopes: vec!["pinboard:worker".into()],
+            scopes: vec![scope.into()],
             namespaces: vec!["*".into()],
             backend_hosts: vec!["127.0.0.1".into()],
             hostnames: hostnames.iter().map(|s| s.to_string()).collect(),
@@ -744,12 +745,20 @@ fn hostname_aware_fields_bindings_and_supersession() {
 
     let body = f.register_body(&worker, "c0", json!({"hostname": "h9"}));
     assert_eq!(
-        error_of(&f.post("register", &hostname_token(&["h1"], &[]), &body)),
+        error_of(&f.post(
+            "register",
+            &hostname_token("pinboard:worker", &["h1"], &[]),
+            &body
+        )),
         (403, "hostname not allowed: h9".into())
     );
     let body = f.register_body(&worker, "c0", json!({"hostname": "h1", "env": "e5"}));
     assert_eq!(
-        error_of(&f.post("register", &hostname_token(&["h1"], &["e1"]), &body)),
+        error_of(&f.post(
+            "register",
+            &hostname_token("pinboard:worker", &["h1"], &["e1"]),
+            &body
+        )),
         (403, "env not allowed: e5".into())
     );
 
@@ -834,6 +843,49 @@ fn hostname_aware_fields_bindings_and_supersession() {
         one_ns(json!({"hostname": "h2", "env": "e2", "takeover": "deny", "epoch": 2})),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+
+    // The overview shows the bindings and groups the serving sessions per (hostname, env, ns).
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let overview =
+        support::http::get(f.node.addr, "/registry/overview?ns=/threads", Some(&ops)).json();
+    assert_eq!(
+        overview["bindings"]["hostnames"]["h1/threads"], "e2",
+        "{overview}"
+    );
+    assert_eq!(
+        overview["bindings"]["hostnames"]["h2/threads"], "e2",
+        "{overview}"
+    );
+    assert_eq!(overview["bindings"]["envs"]["e2"], "deny", "{overview}");
+    let groups: Vec<(String, String)> = overview["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["hostname"].as_str().unwrap().to_string(),
+                g["env"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        groups.contains(&("h2".to_string(), "e2".to_string())),
+        "{groups:?}"
+    );
+    let only_h1 = hostname_token("pinboard:operator", &["h1"], &[]);
+    let scoped = support::http::get(f.node.addr, "/registry/overview", Some(&only_h1)).json();
+    assert!(
+        scoped["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|w| w["hostname"] == "h1"),
+        "{scoped}"
+    );
+    assert!(
+        scoped["bindings"]["hostnames"].get("h2/threads").is_none(),
+        "{scoped}"
+    );
 }
 
 /// Reads every key of the layout and checks the registry's invariants: each namespace list
@@ -1325,6 +1377,8 @@ fn operator_overview_with_filters() {
     );
 
     let one = overview("?ns=/threads&prefix=H~&tag=ws:W").json();
+    let encoded = overview("?ns=%2Fthreads&prefix=H%7E&tag=ws%3AW").json();
+    assert_eq!(encoded, one, "query values are percent-decoded");
     let namespaces = one["namespaces"].as_array().unwrap();
     assert_eq!(namespaces.len(), 1, "ns drops other namespaces");
     assert_eq!(

@@ -3,6 +3,7 @@
 //! `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). All show only
 //! what the credential's claims cover.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -119,11 +120,38 @@ pub async fn workers(core: &Core, credential: &Credential) -> Result<Response, E
     ))
 }
 
-/// `GET /registry/overview` filters: `ns`, `prefix`, `tag` (ANDed).
+/// `GET /registry/overview` filters: `ns`, `prefix`, `tag` (ANDed), percent-decoded.
 pub struct OverviewFilter<'q> {
-    pub ns: Option<&'q str>,
-    pub prefix: Option<&'q str>,
-    pub tag: Option<&'q str>,
+    pub ns: Option<Cow<'q, str>>,
+    pub prefix: Option<Cow<'q, str>>,
+    pub tag: Option<Cow<'q, str>>,
+}
+
+/// A query value with `%XX` escapes (and `+` for space) decoded; an invalid escape stays as
+/// written.
+fn decode(value: &str) -> Cow<'_, str> {
+    if !value.contains(['%', '+']) {
+        return Cow::Borrowed(value);
+    }
+    let bytes = value.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push((high * 16 + low) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 impl<'q> OverviewFilter<'q> {
@@ -137,14 +165,15 @@ impl<'q> OverviewFilter<'q> {
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
-                "ns" => filter.ns = Some(v),
-                "prefix" => filter.prefix = Some(v),
-                "tag" => filter.tag = Some(v),
+                "ns" => filter.ns = Some(decode(v)),
+                "prefix" => filter.prefix = Some(decode(v)),
+                "tag" => filter.tag = Some(decode(v)),
                 _ => {}
             }
         }
         if filter
             .ns
+            .as_deref()
             .is_some_and(|ns| !crate::registry::valid_namespace(ns))
         {
             return Err(Response::error(
@@ -152,7 +181,7 @@ impl<'q> OverviewFilter<'q> {
                 "invalid namespace",
             ));
         }
-        if filter.tag.is_some_and(|t| t.trim().is_empty()) {
+        if filter.tag.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(Response::error(StatusCode::BAD_REQUEST, "empty tag"));
         }
         Ok(filter)
@@ -178,7 +207,7 @@ pub async fn overview(
         for ns in s
             .namespaces
             .iter()
-            .filter(|ns| filter.ns.is_none_or(|f| f == ns.as_str()))
+            .filter(|ns| filter.ns.as_deref().is_none_or(|f| f == ns.as_str()))
         {
             groups
                 .entry((s.hostname.clone(), s.env_of(ns).to_owned(), ns.clone()))
@@ -202,8 +231,11 @@ pub async fn overview(
                 live_ids.contains(owner)
                     && !fenced
                     && (hostname.is_none() || row["hostname"].as_str() == hostname.as_deref())
-                    && filter.prefix.is_none_or(|p| id.starts_with(p))
-                    && filter.tag.is_none_or(|t| row["tag"].as_str() == Some(t))
+                    && filter.prefix.as_deref().is_none_or(|p| id.starts_with(p))
+                    && filter
+                        .tag
+                        .as_deref()
+                        .is_none_or(|t| row["tag"].as_str() == Some(t))
             })
             .map(|(id, row)| {
                 let mut entry = json!({ "id": id, "sessionId": row["sessionId"] });
@@ -346,5 +378,20 @@ async fn fetch_stats(session: &Session) -> Option<Map<String, Value>> {
     match serde_json::from_slice(&answer.body).ok()? {
         Value::Object(stats) => Some(stats),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(decode("/threads"), "/threads");
+        assert_eq!(decode("%2Fthreads"), "/threads");
+        assert_eq!(decode("ws%3AW+x"), "ws:W x");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
+        assert_eq!(decode("a%2"), "a%2");
     }
 }
