@@ -16,18 +16,13 @@ use crate::error::{Error, Origin};
 use crate::http::{Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
+use crate::placement;
 use crate::proxy::Signer;
-use crate::registry::Session;
+use crate::registry::{Session, now_ms};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
 const STATS_MAX_BODY: usize = 1024 * 1024;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Every live session the registry has.
 async fn live_sessions(core: &Core) -> Result<Vec<Session>, Error> {
@@ -221,7 +216,7 @@ pub async fn overview(
     for ((hostname, env, ns), session_ids) in groups {
         let rows = match rows_of.entry((env.clone(), ns.clone())) {
             Entry::Occupied(rows) => rows.into_mut(),
-            Entry::Vacant(slot) => slot.insert(placements(core, &env, &ns).await?),
+            Entry::Vacant(slot) => slot.insert(placement::rows(core, &env, &ns).await?),
         };
         let entries: Vec<Value> = rows
             .iter()
@@ -268,25 +263,6 @@ pub async fn overview(
     ))
 }
 
-/// Every row of (env, ns), across the buckets.
-async fn placements(core: &Core, env: &str, ns: &str) -> Result<Vec<(String, Value)>, Error> {
-    let mut rows = Vec::new();
-    for bucket in 0..core.shared.config.shards {
-        let key = core.keys.placements(bucket, env, ns);
-        let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
-        for pair in reply.as_array().unwrap_or_default().chunks(2) {
-            if let [id, raw] = pair
-                && let (Some(id), Some(raw)) = (id.as_str(), raw.as_bytes())
-                && let Ok(row) = serde_json::from_slice::<Value>(raw)
-            {
-                rows.push((id.to_owned(), row));
-            }
-        }
-    }
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(rows)
-}
-
 /// A bindings hash as `{key: shown value}`, keeping what `allowed` says the claim covers.
 async fn visible_bindings(
     core: &Core,
@@ -297,10 +273,8 @@ async fn visible_bindings(
     let key = format!("{}{hash}", core.keys.registry());
     let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
     let mut out = Map::new();
-    for pair in reply.as_array().unwrap_or_default().chunks(2) {
-        if let [k, raw] = pair
-            && let (Some(k), Some(raw)) = (k.as_str(), raw.as_bytes())
-            && let Ok(binding) = serde_json::from_slice::<Value>(raw)
+    for (k, raw) in reply.pairs() {
+        if let Ok(binding) = serde_json::from_slice::<Value>(raw)
             && allowed(k, &binding)
         {
             out.insert(k.to_owned(), shown(&binding));

@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
+use crate::placement;
 use crate::redis::{WIND_DOWN, bucket_of};
 use crate::registry::{SINGLE_ENV, Session, control_push, load_session, valid_id, valid_namespace};
 
@@ -169,10 +170,8 @@ fn covers(claim: &RouteClaim, owner: Option<&Session>, row: &Row, ns: &str) -> b
     }
 }
 
-async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result<Vec<Row>, Error> {
-    let shards = core.shared.config.shards;
-    let parse = |id: &str, raw: &[u8]| {
-        let row: Value = serde_json::from_slice(raw).ok()?;
+impl Row {
+    fn of(id: &str, row: &Value) -> Option<Row> {
         Some(Row {
             id: id.to_owned(),
             session_id: row.get("sessionId")?.as_str()?.to_owned(),
@@ -186,30 +185,29 @@ async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         })
-    };
-    let mut rows = Vec::new();
-    match id {
-        Some(id) => {
-            let key = core.keys.placements(bucket_of(id, shards), env, ns);
-            let reply = core
-                .redis
-                .cmd(&[b"HGET", key.as_bytes(), id.as_bytes()])
-                .await?;
-            rows.extend(reply.as_bytes().and_then(|raw| parse(id, raw)));
-        }
-        None => {
-            for bucket in 0..shards {
-                let key = core.keys.placements(bucket, env, ns);
-                let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
-                for pair in reply.as_array().unwrap_or_default().chunks(2) {
-                    if let [id, raw] = pair
-                        && let (Some(id), Some(raw)) = (id.as_str(), raw.as_bytes())
-                    {
-                        rows.extend(parse(id, raw));
-                    }
-                }
-            }
-        }
     }
-    Ok(rows)
+}
+
+/// The row of `id`, or every row of (env, ns) without one.
+async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result<Vec<Row>, Error> {
+    let Some(id) = id else {
+        let rows = placement::rows(core, env, ns).await?;
+        return Ok(rows
+            .iter()
+            .filter_map(|(id, row)| Row::of(id, row))
+            .collect());
+    };
+    let key = core
+        .keys
+        .placements(bucket_of(id, core.shared.config.shards), env, ns);
+    let reply = core
+        .redis
+        .cmd(&[b"HGET", key.as_bytes(), id.as_bytes()])
+        .await?;
+    Ok(reply
+        .as_bytes()
+        .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
+        .and_then(|row| Row::of(id, &row))
+        .into_iter()
+        .collect())
 }

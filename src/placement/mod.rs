@@ -242,6 +242,26 @@ fn parse(reply: &Reply) -> Option<Outcome> {
     })
 }
 
+/// Every placement row of (env, ns) across the buckets, as (id, row JSON), sorted by id.
+pub async fn rows(
+    core: &Core,
+    env: &str,
+    ns: &str,
+) -> Result<Vec<(String, serde_json::Value)>, Error> {
+    let mut rows = Vec::new();
+    for bucket in 0..core.shared.config.shards {
+        let key = core.keys.placements(bucket, env, ns);
+        let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+        for (id, raw) in reply.pairs() {
+            if let Ok(row) = serde_json::from_slice(raw) {
+                rows.push((id.to_owned(), row));
+            }
+        }
+    }
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(rows)
+}
+
 /// After a 2xx from the owner at `epoch`: the overwritten marker, if at or below it, goes.
 pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> Result<(), Error> {
     let bucket = bucket_of(req.id, core.shared.config.shards);

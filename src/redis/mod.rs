@@ -96,4 +96,15 @@ impl Reply {
     pub fn is_nil(&self) -> bool {
         matches!(self, Reply::Nil)
     }
+
+    /// The (field, value) pairs of an `HGETALL` answer; anything else yields none.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.as_array()
+            .unwrap_or_default()
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [field, value] => Some((field.as_str()?, value.as_bytes()?)),
+                _ => None,
+            })
+    }
 }

@@ -12,7 +12,7 @@ use super::fields::{Scope, check_claim, forbidden_generic};
 use super::probe::{Probe, probe};
 use super::session::Session;
 use super::store::{self, lua_list, lua_option};
-use super::{Drain, claim_of, owned_session, unknown_session};
+use super::{Drain, claim_of, owned_session, secs_left, unknown_session};
 use crate::error::Error;
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::node::Core;
@@ -196,7 +196,7 @@ pub async fn heartbeat(
                 kind: m.kind,
                 ns: m.ns,
                 id: m.id,
-                deadline: m.deadline.map(|d| d.saturating_sub(now).div_ceil(1000)),
+                deadline: m.deadline.map(|d| secs_left(d, now)),
             })
         })
         .collect();

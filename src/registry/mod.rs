@@ -176,7 +176,7 @@ async fn owned_session(
 }
 
 /// Wall-clock ms, for checks the scripts repeat against Redis's own clock.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -191,8 +191,13 @@ struct Drain {
 impl Drain {
     /// The remaining seconds of a timed drain, rounded up.
     fn remaining_secs(&self, now: u64) -> Option<u64> {
-        self.deadline.map(|d| d.saturating_sub(now).div_ceil(1000))
+        self.deadline.map(|d| secs_left(d, now))
     }
+}
+
+/// Seconds from `now` to the `deadline` (both ms), rounded up; 0 once it passed.
+fn secs_left(deadline: u64, now: u64) -> u64 {
+    deadline.saturating_sub(now).div_ceil(1000)
 }
 
 #[derive(Serialize)]
