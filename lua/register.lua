@@ -6,9 +6,12 @@
 -- ARGV[5]  lease TTL (ms)           ARGV[6] binding epoch (integer)
 -- ARGV[7]  host bindings wanted: JSON [[hostname..ns, env], ...] ('[]' in single mode)
 -- ARGV[8]  env bindings wanted:  JSON [[env, takeover], ...]      ('[]' in single mode)
+-- ARGV[9]  prevSessionId the worker asks to reclaim from, or ''
 --
 -- Returns JSON: {conflict = "..."} (409, nothing written), or
--- {expiry, now, drain = {deadline = ms}|false, replaced = old sessionId|false}.
+-- {expiry, now, drain = {deadline = ms}|false, replaced = old sessionId|false,
+--  reclaim = prevSessionId|false}: reclaim is the previous session only when it was this
+-- account's and this client's, so no credential can take over another worker's rows.
 local K = KEYS[1]
 local sid, account, client = ARGV[1], ARGV[2], ARGV[3]
 local session = cjson.decode(ARGV[4])
@@ -25,6 +28,23 @@ if owner then
   owner = cjson.decode(owner)
   if owner.account ~= account then
     return cjson.encode({conflict = 'client belongs to another account'})
+  end
+end
+
+-- Reclaim only your own: the previous session must have been registered by this account
+-- under this clientId (its record, or while pruned or replaced the client's own pointer).
+-- Decided before pruning and replacing remove the evidence.
+local reclaim = false
+local prev = ARGV[9]
+if prev ~= '' then
+  local ps = redis.call('HGET', K .. 'sessions', prev)
+  if ps then
+    ps = cjson.decode(ps)
+    if ps.account == account and ps.clientId == client then
+      reclaim = prev
+    end
+  elseif owner and owner.sessionId == prev then
+    reclaim = prev
   end
 end
 
@@ -136,4 +156,5 @@ else
 end
 session.expiry = expiry
 redis.call('HSET', K .. 'sessions', sid, cjson.encode(session))
-return cjson.encode({expiry = expiry, now = now, drain = drain, replaced = replaced})
+return cjson.encode({expiry = expiry, now = now, drain = drain, replaced = replaced,
+  reclaim = reclaim})

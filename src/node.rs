@@ -4,6 +4,7 @@
 //! immutable once serving starts but for that flag. [`Core`] is what one core owns alone: its
 //! Redis connection. `Core` is also the [`Handler`] that decides which module answers a path.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use http::{Method, StatusCode};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::http::{Handler, Limits, Request, Response};
+use crate::http::{Handler, Limits, Request, Response, remove_dot_segments};
 use crate::metrics::CoreCounters;
 use crate::operator;
 use crate::passport::Passport;
@@ -54,7 +55,13 @@ impl Shared {
             header_timeout: Duration::from_millis(http.header_timeout_ms),
             idle_timeout: Duration::from_millis(http.idle_timeout_ms),
             max_header_bytes: http.max_header_bytes,
+            write_timeout: Duration::from_millis(http.write_timeout_ms),
         }
+    }
+
+    /// Client connections open on the whole node.
+    pub fn connections(&self) -> u64 {
+        self.counters.iter().map(|c| c.connections()).sum()
     }
 
     pub fn is_stopping(&self) -> bool {
@@ -109,9 +116,11 @@ impl Handler for Core {
         }
         let base = self.shared.config.base_path.as_str();
         // The URI shares its bytes (a reference count, no copy): the path below the base can
-        // be borrowed from it while the request itself is handed on mutably.
+        // be borrowed from it while the request itself is handed on mutably. Dot segments are
+        // removed here, once, before any route or instance is read off the path.
         let uri = req.head.uri.clone();
-        let Some(path) = strip_base(uri.path(), base) else {
+        let clean = remove_dot_segments(uri.path());
+        let Some(path) = strip_base(&clean, base) else {
             return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
         };
         if path == "/registry" || path.starts_with("/registry/") {
@@ -119,8 +128,15 @@ impl Handler for Core {
         }
         // The data plane: `/{ns}/{id}{rest}`. A path that names no namespace is a route miss.
         if path.len() > 1 && path.starts_with('/') {
-            let below_base = &uri.path_and_query().map_or(path, |pq| pq.as_str())[base.len()..];
-            return proxy::handle(self, req, path, below_base).await;
+            // What the worker is sent: the clean path and the query as it came.
+            let with_query: Cow<'_, str> = match (&clean, uri.query()) {
+                (Cow::Borrowed(_), _) => {
+                    Cow::Borrowed(uri.path_and_query().map_or(path, |pq| pq.as_str()))
+                }
+                (Cow::Owned(p), Some(q)) => Cow::Owned(format!("{p}?{q}")),
+                (Cow::Owned(p), None) => Cow::Borrowed(p.as_str()),
+            };
+            return proxy::handle(self, req, path, &with_query[base.len()..]).await;
         }
         Ok(Response::error(StatusCode::NOT_FOUND, "not found"))
     }

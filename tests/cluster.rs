@@ -29,7 +29,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     let worker = TestWorker::start("cluster-secret");
     let (challenge, value) = worker.challenge();
     let body = json!({
-        "clientId": "c1", "secret": "cluster-secret", "namespaces": ["/threads"],
+        "clientId": "c1", "secret": worker.secret(), "namespaces": ["/threads"],
         "advertiseUrl": worker.url(), "headroom": 100, "draining": false,
         "challenge": challenge, "challengeValue": value,
     });

@@ -48,7 +48,7 @@ fn forwards_with_epoch_attestation_and_rewritten_headers() {
     );
     let claims = claims_of(
         headers["pinboard-attestation"].as_str().unwrap(),
-        "worker-secret",
+        &worker.secret(),
     );
     assert_eq!(claims["aud"], session);
     assert_eq!(
@@ -585,7 +585,7 @@ fn caller_attestation() {
     let ok = |path: &str| {
         call(
             path,
-            "Pinboard-Session-Secret: secret-a\r\nPinboard-Subrequest-Depth: 3\r\n",
+            "Pinboard-Session-Secret: secret-a-0123456789abcdef\r\nPinboard-Subrequest-Depth: 3\r\n",
         )
     };
 
@@ -635,7 +635,7 @@ fn caller_attestation() {
             &f,
             "/threads/t",
             &format!(
-                "Host: e\r\nPinboard-From: {from}\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n{depth}"
+                "Host: e\r\nPinboard-From: {from}\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a-0123456789abcdef\r\n{depth}"
             ),
         )
     };
@@ -671,7 +671,7 @@ fn caller_attestation() {
         &f,
         "/docs/elsewhere",
         &format!(
-            "Host: e\r\nPinboard-From: /threads/caller-1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n"
+            "Host: e\r\nPinboard-From: /threads/caller-1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a-0123456789abcdef\r\n"
         ),
     );
     assert_eq!(refusal(r), (403, "target outside caller scope".into()));
@@ -751,7 +751,7 @@ fn data_plane_passport() {
         &f,
         "/threads/p2",
         &format!(
-            "Host: e\r\nPinboard-From: /threads/p1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a\r\n"
+            "Host: e\r\nPinboard-From: /threads/p1\r\nPinboard-Session: {sa}\r\nPinboard-Session-Secret: secret-a-0123456789abcdef\r\n"
         ),
     );
     assert_eq!(r.status, 200, "{}", r.text());

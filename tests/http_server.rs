@@ -53,6 +53,7 @@ fn start(io_uring: bool) -> SocketAddr {
                 header_timeout: std::time::Duration::from_secs(5),
                 idle_timeout: std::time::Duration::from_secs(5),
                 max_header_bytes: 8192,
+                write_timeout: std::time::Duration::from_secs(2),
             });
             let shutdown = Shutdown::default();
             loop {

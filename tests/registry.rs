@@ -42,7 +42,7 @@ fn register_writes_the_session_everywhere() {
     );
     assert_eq!(
         probes[0].header("pinboard-proxy-secret"),
-        Some("worker-secret-1")
+        Some(worker.secret().as_str())
     );
 
     let record = f.session_record(session).unwrap();
@@ -54,7 +54,7 @@ fn register_writes_the_session_everywhere() {
         let copy = f
             .bucket_record(bucket, session)
             .expect("a copy in every bucket");
-        assert_eq!(copy["secret"], "worker-secret-1");
+        assert_eq!(copy["secret"], worker.secret());
         assert!(
             f.in_ns_list(bucket, "/threads", session) && f.in_ns_list(bucket, "/docs", session)
         );
@@ -1287,7 +1287,7 @@ fn operator_views_of_workers_and_their_stats() {
         .as_str()
         .unwrap();
     assert_eq!(
-        support::attest::claims_of(token_seen, "secret-a")["aud"],
+        support::attest::claims_of(token_seen, &a.secret())["aud"],
         sa
     );
     let eb = entries.iter().find(|e| e["sessionId"] == sb).unwrap();

@@ -97,7 +97,7 @@ fn tunnel_round_trips(driver: &str) {
     assert_eq!(f.row("/threads", "ws").unwrap()["epoch"], epoch);
     let claims = claims_of(
         seen.header("pinboard-attestation").unwrap(),
-        "worker-secret",
+        &worker.secret(),
     );
     assert_eq!(claims["aud"], session);
 

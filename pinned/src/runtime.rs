@@ -183,6 +183,7 @@ async fn serve<A: App>(listener: std::net::TcpListener, surface: Surface<A>, sha
         idle_timeout: Duration::from_secs(75),
         // Attestations carrying a client's claims can be long.
         max_header_bytes: 64 * 1024,
+        write_timeout: Duration::from_secs(60),
     });
     let active = Rc::new(Cell::new(0usize));
     loop {

@@ -74,6 +74,7 @@ pub(super) const KEYS: &[Key] = &[
     // TOML integers are signed 64-bit, so that is the most a file (or a rendering) can hold.
     key!(fleet_epoch: u64 = whole(0, i64::MAX as u64)),
     key!(node_id: String = text_with(node_id)),
+    key!(max_connections: u64 = whole(1, 10_000_000)),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
     key!(secret passport.hs256_secret: Option<String> = optional(text_with(non_empty))),
@@ -86,6 +87,7 @@ pub(super) const KEYS: &[Key] = &[
     // crate's limit), which a larger cap would let a client send.
     key!(http.max_header_bytes: usize = whole(1024, 64 * 1024)),
     key!(http.shutdown_grace_ms: u64 = whole(0, MAX_MS)),
+    key!(http.write_timeout_ms: u64 = whole(1, MAX_MS)),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

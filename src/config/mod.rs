@@ -81,6 +81,10 @@ pub struct Config {
     /// require a credential. Set in the file only (contract §5):
     /// `[namespaces."/ns"]` / `scopes = ["read"]`.
     pub namespaces: BTreeMap<String, NamespaceRule>,
+    /// Client connections this node keeps open at once, 1–10000000. Default 16384: past it a new
+    /// connection is closed at accept (counted in `/metrics`), so a flood of idle connections
+    /// cannot exhaust memory or file descriptors.
+    pub max_connections: u64,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
     pub http: HttpLimits,
 }
@@ -152,6 +156,10 @@ pub struct HttpLimits {
     pub max_header_bytes: usize,
     /// On shutdown, how long in-flight requests may finish, in ms, 0–86400000. Default 10000.
     pub shutdown_grace_ms: u64,
+    /// How long a client may take no bytes of its answer before the connection is closed (and
+    /// the forward's upstream connection and inflight slot released), in ms, 1–86400000.
+    /// Default 60000, as nginx's `send_timeout`.
+    pub write_timeout_ms: u64,
 }
 
 /// Why the configuration was refused. Displays as one line naming the key.
@@ -200,11 +208,13 @@ impl Default for Config {
             node_id: format!("node-{:012x}", rand::random::<u64>() >> 16),
             passport: PassportConfig::default(),
             namespaces: BTreeMap::new(),
+            max_connections: 16_384,
             http: HttpLimits {
                 header_timeout_ms: 10_000,
                 idle_timeout_ms: 75_000,
                 max_header_bytes: 16 * 1024,
                 shutdown_grace_ms: 10_000,
+                write_timeout_ms: 60_000,
             },
         }
     }
@@ -458,6 +468,7 @@ trusted_proxies = ["10.0.0.0/8", "::1"]
 metrics = false
 fleet_epoch = 7
 node_id = "edge-1"
+max_connections = 100
 
 [forwards]
 timeout_ms = 5000
@@ -477,6 +488,7 @@ header_timeout_ms = 1000
 idle_timeout_ms = 2000
 max_header_bytes = 4096
 shutdown_grace_ms = 0
+write_timeout_ms = 3000
 "#;
 
     fn full() -> Config {
@@ -513,11 +525,13 @@ shutdown_grace_ms = 0
                     scopes: vec!["threads:read".into(), "threads:write".into()],
                 },
             )]),
+            max_connections: 100,
             http: HttpLimits {
                 header_timeout_ms: 1_000,
                 idle_timeout_ms: 2_000,
                 max_header_bytes: 4096,
                 shutdown_grace_ms: 0,
+                write_timeout_ms: 3_000,
             },
         }
     }
@@ -598,6 +612,7 @@ shutdown_grace_ms = 0
             ("PINBOARD_METRICS", "false"),
             ("PINBOARD_FLEET_EPOCH", "7"),
             ("PINBOARD_NODE_ID", "edge-1"),
+            ("PINBOARD_MAX_CONNECTIONS", "100"),
             ("PINBOARD_PASSPORT__HS256_SECRET", "file-secret"),
             ("PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS", &keys),
             ("PINBOARD_PASSPORT__ISSUER", "https://issuer.example"),
@@ -606,6 +621,7 @@ shutdown_grace_ms = 0
             ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "2000"),
             ("PINBOARD_HTTP__MAX_HEADER_BYTES", "4096"),
             ("PINBOARD_HTTP__SHUTDOWN_GRACE_MS", "0"),
+            ("PINBOARD_HTTP__WRITE_TIMEOUT_MS", "3000"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();

@@ -2,6 +2,7 @@
 //! calls. A fresh connection per call, one request, the whole (capped) answer, all within one
 //! deadline. The forwarding data plane keeps pooled connections instead; these calls are rare.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -27,6 +28,8 @@ pub struct WorkerAddr {
     /// The URL's own path without its trailing slash (`""` for none): it prefixes every path
     /// sent to the worker.
     pub base: String,
+    /// `host` as an IP literal, when it is one: connected to without any name lookup.
+    pub ip: Option<IpAddr>,
 }
 
 impl WorkerAddr {
@@ -66,10 +69,16 @@ impl WorkerAddr {
         };
         Ok(WorkerAddr {
             tls,
+            ip: host.parse().ok(),
             host: host.to_ascii_lowercase(),
             port,
             base: uri.path().trim_end_matches('/').to_string(),
         })
+    }
+
+    /// A TCP connection to the worker; a host name is resolved off the event loop.
+    pub async fn connect(&self) -> std::io::Result<TcpStream> {
+        super::resolve::connect(&self.host, self.ip, self.port).await
     }
 
     /// `host:port` as a Host header writes it (IPv6 literals in brackets).
@@ -125,9 +134,7 @@ async fn exchange(
             "https advertise URLs are not supported yet",
         ));
     }
-    let mut stream = TcpStream::connect((target.host.as_str(), target.port))
-        .await
-        .map_err(upstream("connecting"))?;
+    let mut stream = target.connect().await.map_err(upstream("connecting"))?;
     let _ = stream.set_nodelay(true);
 
     let mut out = Vec::with_capacity(256 + body.len());

@@ -67,6 +67,9 @@ impl Decoder for HeadDecoder {
         }
         match RequestHeadDecoder.decode(src) {
             Ok(Decoded::Some(head)) => {
+                if head.headers.get_all(header::HOST).iter().nth(1).is_some() {
+                    return Err(HeadError::Malformed("repeated host".into()));
+                }
                 let framing = framing(&head.headers, head.version)?;
                 Ok(Decoded::Some((head, framing)))
             }
@@ -103,17 +106,19 @@ fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> 
         }
         return Ok(Framing::Chunked);
     }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for part in value.as_bytes().split(|b| *b == b',') {
-            let n = parse_length(part.trim_ascii())
-                .ok_or_else(|| HeadError::Malformed("invalid content-length".into()))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(HeadError::Malformed("conflicting content-length".into()));
-            }
-            length = Some(n);
+    // A list (`5, 5`) or a repeated header is legal when every member agrees (RFC 9110 §8.6),
+    // but another parser in front of or behind us may read it otherwise; a proxy refuses it.
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let length = match (lengths.next(), lengths.next()) {
+        (None, _) => None,
+        (Some(_), Some(_)) => {
+            return Err(HeadError::Malformed("repeated content-length".into()));
         }
-    }
+        (Some(value), None) => Some(
+            parse_length(value.as_bytes().trim_ascii())
+                .ok_or_else(|| HeadError::Malformed("invalid content-length".into()))?,
+        ),
+    };
     Ok(match length {
         None | Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
@@ -190,15 +195,18 @@ mod tests {
             Framing::None
         );
         assert_eq!(
-            framing_of("POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n").unwrap(),
-            Framing::Length(5)
-        );
-        assert_eq!(
             framing_of("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").unwrap(),
             Framing::Chunked
         );
         for bad in [
             "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            // Agreeing lists and repeats too: C1 of the security review (a list the node read
+            // as one length and the forward re-read as none smuggled the body upstream).
+            "POST / HTTP/1.1\r\nContent-Length: 49, 49\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5,\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
             "POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
             "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",

@@ -6,7 +6,9 @@ mod chunked;
 mod client;
 mod head;
 mod json;
+mod path;
 mod request;
+mod resolve;
 mod response;
 mod server;
 
@@ -14,6 +16,7 @@ pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use head::{Framing, HeadDecoder, HeadError};
 pub use json::read_json;
-pub use request::{BodyError, Request, Upgraded, read_into};
+pub use path::remove_dot_segments;
+pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Version, header};
-use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use monoio::buf::{IoBuf, IoBufMut};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
 
 use super::chunked::{ChunkedDecoder, Piece};
@@ -46,6 +46,8 @@ pub struct Request<'c> {
     pub head: http::request::Parts,
     pub peer: SocketAddr,
     conn: &'c mut Conn,
+    /// How the head decoder delimited the body: the one decision a forward restates.
+    framing: Framing,
     body: BodyState,
     expect_continue: bool,
     keep_alive: bool,
@@ -75,6 +77,7 @@ impl<'c> Request<'c> {
             head,
             peer,
             conn,
+            framing,
             body,
             expect_continue,
             read_timeout,
@@ -112,6 +115,12 @@ impl<'c> Request<'c> {
 
     pub fn version(&self) -> Version {
         self.head.version
+    }
+
+    /// How the body is delimited on the wire, as the head decoder decided it from the client's
+    /// `Content-Length` / `Transfer-Encoding`. Nothing downstream reads those headers again.
+    pub fn framing(&self) -> Framing {
+        self.framing
     }
 
     /// Whether the request has a body on the wire (declared length or chunked).
@@ -241,6 +250,8 @@ pub struct Upgraded<'a> {
     pub buffered: &'a mut BytesMut,
     pub reader: &'a mut OwnedReadHalf<TcpStream>,
     pub writer: &'a mut OwnedWriteHalf<TcpStream>,
+    /// How long a write to the client may move no byte (`http.write_timeout_ms`).
+    pub write_timeout: Duration,
 }
 
 impl Request<'_> {
@@ -255,6 +266,7 @@ impl Request<'_> {
             buffered,
             reader,
             writer: &mut self.conn.writer,
+            write_timeout: self.conn.write_timeout,
         }
     }
 }
@@ -270,17 +282,45 @@ pub async fn read_into<R: AsyncReadRent>(io: &mut R, buf: &mut BytesMut) -> std:
 }
 
 impl Conn {
-    /// Writes out everything queued in `out`. False when the client is gone.
+    /// Writes out everything queued in `out`. False when the client is gone, or took no byte
+    /// for the write timeout (the connection must close then).
     pub(super) async fn flush(&mut self) -> bool {
         if self.out.is_empty() {
             return true;
         }
         let out = std::mem::take(&mut self.out);
-        let (result, mut out) = self.writer.write_all(out).await;
-        out.clear();
-        self.out = out;
-        result.is_ok()
+        match write_all_within(&mut self.writer, out, self.write_timeout).await {
+            Some(mut out) => {
+                out.clear();
+                self.out = out;
+                true
+            }
+            None => false,
+        }
     }
+}
+
+/// Writes all of `buf`, giving up when one write moves no byte for `idle`: a peer that stops
+/// reading is cut off after `idle`, however slowly a large answer is legitimately taken. The
+/// buffer comes back on success (for reuse); on failure it is gone with the connection.
+pub async fn write_all_within<W: AsyncWriteRent>(
+    io: &mut W,
+    buf: BytesMut,
+    idle: Duration,
+) -> Option<BytesMut> {
+    let mut buf = buf;
+    let mut written = 0;
+    while written < buf.len() {
+        let (result, slice) = monoio::time::timeout(idle, io.write(buf.slice(written..)))
+            .await
+            .ok()?;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => written += n,
+        }
+    }
+    Some(buf)
 }
 
 fn wants_keep_alive(head: &http::request::Parts) -> bool {

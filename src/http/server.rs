@@ -31,7 +31,14 @@ pub struct Limits {
     /// Time an idle keep-alive connection is kept waiting for its next request.
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,
+    /// Time a client may take no bytes of its answer before the connection is closed.
+    pub write_timeout: Duration,
 }
+
+/// Unsent answers past which a connection stops reading pipelined requests until the client
+/// takes them: a client that pipelines and never reads costs at most this much (plus the
+/// answer being written), not what it sends.
+pub const OUTPUT_HIGH_WATER: usize = 64 * 1024;
 
 /// What the node does with a request.
 pub trait Handler {
@@ -41,8 +48,10 @@ pub trait Handler {
 pub struct Conn {
     pub(super) reader: FramedRead<OwnedReadHalf<TcpStream>, HeadDecoder>,
     pub(super) writer: OwnedWriteHalf<TcpStream>,
-    /// Responses not yet written: flushed when the client has no further request pipelined.
+    /// Responses not yet written: flushed when the client has no further request pipelined,
+    /// or once they pass [`OUTPUT_HIGH_WATER`].
     pub(super) out: BytesMut,
+    pub(super) write_timeout: Duration,
 }
 
 /// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
@@ -61,6 +70,7 @@ pub async fn serve_connection<H: Handler>(
         reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),
         writer,
         out: BytesMut::with_capacity(8192),
+        write_timeout: limits.write_timeout,
     };
     let mut first = true;
     loop {
@@ -136,8 +146,11 @@ pub async fn serve_connection<H: Handler>(
         if !response.is_relayed() {
             response.encode(is_head, persistence, &mut conn.out);
         }
-        // With more requests already pipelined, their answers go out in the same write.
-        if (close || conn.reader.read_buffer().is_empty()) && !conn.flush().await {
+        // With more requests already pipelined, their answers go out in the same write, up to
+        // the high-water mark: past it the next request waits until the client reads.
+        let flush =
+            close || conn.reader.read_buffer().is_empty() || conn.out.len() >= OUTPUT_HIGH_WATER;
+        if flush && !conn.flush().await {
             return;
         }
         if close {

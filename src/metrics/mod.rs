@@ -33,6 +33,8 @@ pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
     /// Client connections open on this core (a gauge).
     connections: AtomicU64,
+    /// Connections closed at accept because the node had `max_connections` open.
+    refused: AtomicU64,
 }
 
 impl CoreCounters {
@@ -46,6 +48,14 @@ impl CoreCounters {
 
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
+    }
+
+    pub fn connection_refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Counts one outcome; `name` must be one of [`OUTCOMES`].
@@ -72,6 +82,7 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
 pub struct Snapshot {
     pub outcomes: Vec<(&'static str, u64)>,
     pub connections: u64,
+    pub connections_refused: u64,
     pub uptime_secs: f64,
     pub serving: bool,
 }
@@ -88,6 +99,13 @@ impl Collector for Snapshot {
             let labels = [("outcome", *outcome)];
             ConstCounter::new(*n).encode(resolutions.encode_family(&labels)?)?;
         }
+        let refused = ConstCounter::new(self.connections_refused);
+        refused.encode(encoder.encode_descriptor(
+            "pinboard_connections_refused",
+            "Client connections closed at accept because max_connections were open",
+            None,
+            refused.metric_type(),
+        )?)?;
         let gauges = [
             (
                 "pinboard_connections",

@@ -39,7 +39,7 @@ pub async fn registry_health(core: &Core) -> Result<Response, Error> {
         metrics::outcomes(&shared.counters)
             .map(|(name, n)| (name.to_owned(), n.into()))
             .collect();
-    let connections: u64 = shared.counters.iter().map(|c| c.connections()).sum();
+    let connections = shared.connections();
     let mut body = serde_json::json!({
         "resolutions": resolutions,
         "connections": connections,

@@ -27,7 +27,8 @@ pub fn metrics(core: &Core, req: &Request<'_>) -> Response {
     }
     let snapshot = Snapshot {
         outcomes: metrics::outcomes(&shared.counters).collect(),
-        connections: shared.counters.iter().map(|c| c.connections()).sum(),
+        connections: shared.connections(),
+        connections_refused: shared.counters.iter().map(|c| c.refused()).sum(),
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
     };

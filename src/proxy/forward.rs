@@ -16,7 +16,9 @@ use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
 use super::headers::{self, BodyFraming, Forwarded};
 use super::pool::{Upstream, connect};
-use crate::http::{ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into};
+use crate::http::{
+    ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into, write_all_within,
+};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -82,18 +84,8 @@ pub async fn exchange(
     conn: Option<Upstream>,
     head: &mut BytesMut,
 ) -> (Outcome, Option<Upstream>) {
-    let framing = match (
-        req.has_body(),
-        req.header(header::TRANSFER_ENCODING).is_some(),
-    ) {
-        (false, _) => BodyFraming::None,
-        (true, true) => BodyFraming::Chunked,
-        (true, false) => BodyFraming::Length(
-            req.header(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse().ok())
-                .unwrap_or(0),
-        ),
-    };
+    // The framing the head decoder decided, restated: never the client's headers re-read.
+    let framing = BodyFraming::from(req.framing());
     head.clear();
     headers::request_head(
         req.method(),
@@ -373,8 +365,15 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration) {
     // The client's bytes that came with (or after) its request head are already read; the
     // worker's that came with its 101 are in the upstream buffer. Each goes first.
     let pending = std::mem::take(client.buffered);
-    let mut outbound = pin!(pipe(pending, client.reader, &mut worker_write, &sent));
-    let mut inbound = pin!(pipe(buf, &mut worker_read, client.writer, &received));
+    let stuck = client.write_timeout;
+    let mut outbound = pin!(pipe(
+        pending,
+        client.reader,
+        &mut worker_write,
+        &sent,
+        stuck
+    ));
+    let mut inbound = pin!(pipe(buf, &mut worker_read, client.writer, &received, stuck));
     let first = monoio::select! {
         r = &mut outbound => r.map(|()| true),
         r = &mut inbound => r.map(|()| false),
@@ -403,19 +402,21 @@ async fn finish<F: Future<Output = std::io::Result<()>>>(
 }
 
 /// Copies `from` into `to`, starting with `buf` (bytes already read off `from`), until `from`
-/// ends; then half-closes `to`. `moved` counts the bytes delivered.
+/// ends; then half-closes `to`. `moved` counts the bytes delivered. A `to` that takes no byte
+/// for `stuck` ends the pipe with an error (a peer that never reads cannot pin the tunnel).
 async fn pipe<R: AsyncReadRent, W: AsyncWriteRent>(
     mut buf: BytesMut,
     from: &mut R,
     to: &mut W,
     moved: &Cell<u64>,
+    stuck: Duration,
 ) -> std::io::Result<()> {
     loop {
         if !buf.is_empty() {
             let n = buf.len() as u64;
-            let (written, back) = to.write_all(buf).await;
-            buf = back;
-            written?;
+            buf = write_all_within(to, buf, stuck)
+                .await
+                .ok_or(std::io::ErrorKind::TimedOut)?;
             buf.clear();
             moved.set(moved.get() + n);
         }

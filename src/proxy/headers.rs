@@ -13,6 +13,8 @@ use std::net::IpAddr;
 use bytes::{BufMut, BytesMut};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
+use crate::http::Framing;
+
 /// How a message body is delimited on the wire we write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyFraming {
@@ -21,6 +23,16 @@ pub enum BodyFraming {
     Chunked,
     /// Until the connection closes (only towards an HTTP/1.0 client).
     Close,
+}
+
+impl From<Framing> for BodyFraming {
+    fn from(framing: Framing) -> BodyFraming {
+        match framing {
+            Framing::None => BodyFraming::None,
+            Framing::Length(n) => BodyFraming::Length(n),
+            Framing::Chunked => BodyFraming::Chunked,
+        }
+    }
 }
 
 impl BodyFraming {
@@ -50,8 +62,13 @@ fn hop_by_hop(name: &HeaderName) -> bool {
         || name == header::EXPECT
 }
 
+/// `pinboard-*` and `pinboard_*`: some stacks (CGI, nginx's `underscores_in_headers`) read an
+/// underscore as a dash, so a `Pinboard_Epoch` must not slip past the strip either. Names
+/// arrive lowercased.
 fn is_pinboard(name: &HeaderName) -> bool {
-    name.as_str().starts_with("pinboard-")
+    name.as_str()
+        .strip_prefix("pinboard")
+        .is_some_and(|rest| rest.starts_with(['-', '_']))
 }
 
 /// Whether `Connection` lists `name` (those headers are hop-by-hop too).
@@ -167,6 +184,9 @@ mod tests {
             ("host", "edge.example"),
             ("pinboard-epoch", "999"),
             ("pinboard-attestation", "forged"),
+            ("pinboard_epoch", "999"),
+            ("pinboard_attestation", "forged"),
+            ("pinboardx", "kept: not a pinboard header"),
             ("x-forwarded-for", "1.2.3.4"),
             ("connection", "keep-alive, x-secret-hop"),
             ("x-secret-hop", "1"),
@@ -193,7 +213,8 @@ mod tests {
         );
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\naccept: a/b\r\n\
+            "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\n\
+             pinboardx: kept: not a pinboard header\r\naccept: a/b\r\n\
              x-forwarded-for: 127.0.0.9\r\npinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
              content-length: 5\r\n\r\n"
         );

@@ -64,8 +64,7 @@ impl Pool {
 
 /// A fresh connection to `addr`, within `deadline`.
 pub async fn connect(addr: &WorkerAddr, deadline: Duration) -> std::io::Result<Upstream> {
-    let connecting = TcpStream::connect((addr.host.as_str(), addr.port));
-    let stream = match monoio::time::timeout(deadline, connecting).await {
+    let stream = match monoio::time::timeout(deadline, addr.connect()).await {
         Ok(result) => result?,
         Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
     };

@@ -8,10 +8,17 @@ use super::session::Session;
 use crate::http::{Response, WorkerAddr};
 use crate::passport::RouteClaim;
 
-/// `/` plus one path segment of URL-safe characters (the id alphabet), at most 128 of them.
+/// `/` plus one path segment of URL-safe characters (the id alphabet), at most 128 of them;
+/// not a dot segment (a path normalizer would remove it) and not `/_pinned`, the worker's own
+/// routes (`/_pinned/stats` must never be an instance).
 pub fn valid_namespace(ns: &str) -> bool {
     ns.strip_prefix('/')
-        .is_some_and(|seg| !seg.is_empty() && seg.len() <= 128 && seg.bytes().all(id_byte))
+        .is_some_and(|seg| seg.len() <= 128 && valid_segment(seg) && seg != "_pinned")
+}
+
+/// An id or a namespace's segment: non-empty, `[A-Za-z0-9._~-]`, and not `.` or `..`.
+fn valid_segment(seg: &str) -> bool {
+    !seg.is_empty() && seg.bytes().all(id_byte) && seg != "." && seg != ".."
 }
 
 /// The data plane's id alphabet: `[A-Za-z0-9._~-]`.
@@ -20,7 +27,7 @@ pub fn id_byte(b: u8) -> bool {
 }
 
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 256 && id.bytes().all(id_byte)
+    id.len() <= 256 && valid_segment(id)
 }
 
 /// A hostname or env name, lowercased; refused when empty or holding `*`, whitespace, `/` or

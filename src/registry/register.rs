@@ -21,6 +21,10 @@ use crate::node::Core;
 use crate::passport::Credential;
 use crate::redis::REGISTER;
 
+/// Shortest worker secret accepted: it keys every attestation and proves the probe, so it
+/// must not be guessable.
+const MIN_SECRET: usize = 16;
+
 /// Registration bodies may list many held instances.
 const BODY_LIMIT: usize = 8 * 1024 * 1024;
 
@@ -59,6 +63,10 @@ struct Outcome {
     drain: Option<Drain>,
     #[serde(default, deserialize_with = "lua_option")]
     replaced: Option<String>,
+    /// `prevSessionId` when it was this account's and client's session; otherwise nothing
+    /// is reclaimed and every held id comes back in `duplicates`.
+    #[serde(default, deserialize_with = "lua_option")]
+    reclaim: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -153,6 +161,7 @@ pub async fn register(
             epoch.as_bytes(),
             hosts_wanted.as_bytes(),
             envs_wanted.as_bytes(),
+            prev_session.as_deref().unwrap_or("").as_bytes(),
         ],
     )
     .await?;
@@ -163,7 +172,7 @@ pub async fn register(
 
     let reclaim = Reclaim {
         replaces: outcome.replaced.as_deref(),
-        prev_session: prev_session.as_deref(),
+        prev_session: outcome.reclaim.as_deref(),
         instances: &instances,
     };
     let buckets = store::put_everywhere(core, &s, outcome.drain.is_some(), Some(&reclaim)).await?;
@@ -222,6 +231,11 @@ fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration),
         || body.headroom < 0.0
     {
         return Err(expected());
+    }
+    if body.secret.len() < MIN_SECRET {
+        return Err(bad_request(&format!(
+            "secret must be at least {MIN_SECRET} bytes"
+        )));
     }
     if let Some(ns) = body.namespaces.iter().find(|ns| !valid_namespace(ns)) {
         return Err(bad_request(&format!("invalid namespace: {ns}")));

@@ -181,6 +181,11 @@ async fn core_main(
             _ = shutdown.fired() => break,
         };
         match accepted {
+            // Past the node's cap the connection is closed at once: one relaxed read per core
+            // per accept, never on the request path.
+            Ok(_) if shared.connections() >= shared.config.max_connections => {
+                core.counters().connection_refused();
+            }
             Ok((stream, peer)) => {
                 let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
                 core.counters().connection_opened();

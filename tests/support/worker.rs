@@ -95,11 +95,14 @@ pub struct TestWorker {
 }
 
 impl TestWorker {
-    pub fn start(secret: &str) -> TestWorker {
+    /// A worker whose secret is `label` made long enough for the registry's 16-byte minimum
+    /// (`{label}-0123456789abcdef`; [`TestWorker::secret`] gives it back).
+    pub fn start(label: &str) -> TestWorker {
+        let secret = format!("{label}-0123456789abcdef");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State {
-            secret: secret.into(),
+            secret,
             mode: Mode::Honest,
             serve: Serve::Echo,
             values: HashMap::new(),
