@@ -8,18 +8,23 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use criterion::{Criterion, criterion_group, criterion_main};
 use hmac::{Hmac, KeyInit, Mac};
-use pinboard::proxy::Signer;
+use pinboard::proxy::{Claims, Instance, Purpose, Signer};
 use sha2::Sha256;
 
 const SECRET: &[u8] = b"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978";
 const SESSION: &str = "9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c";
 const IAT: u64 = 1_764_400_000;
+const INST: &str = "/threads/abc";
+const EPOCH: &str = "1764400000123";
 
 /// The same token, built the way a first version would: HMAC keyed from the secret (two
 /// compression rounds for the padded key) and a fresh String per token.
 fn naive_token(secret: &[u8], aud: &str, iat: u64) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"pinboard+jwt"}"#);
-    let claims = format!(r#"{{"aud":"{aud}","iat":{iat},"exp":{}}}"#, iat + 30);
+    let claims = format!(
+        r#"{{"aud":"{aud}","iat":{iat},"exp":{},"purpose":"forward","inst":"{INST}","epoch":"{EPOCH}"}}"#,
+        iat + 30
+    );
     let signing_input = format!("{header}.{}", URL_SAFE_NO_PAD.encode(claims));
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("any key length");
     mac.update(signing_input.as_bytes());
@@ -30,7 +35,18 @@ fn naive_token(secret: &[u8], aud: &str, iat: u64) -> String {
 fn sign(c: &mut Criterion) {
     let signer = Signer::new(SECRET);
     let (mut scratch, mut out) = (Vec::new(), Vec::new());
-    signer.sign_into(SESSION, IAT, None, &mut scratch, &mut out);
+    let claims = |aud, iat| Claims {
+        aud,
+        iat,
+        purpose: Purpose::Forward,
+        instance: Some(Instance {
+            ns: "/threads",
+            id: "abc",
+            epoch: EPOCH,
+        }),
+        extra: None,
+    };
+    signer.sign_into(&claims(SESSION, IAT), &mut scratch, &mut out);
     assert_eq!(
         out,
         naive_token(SECRET, SESSION, IAT).as_bytes(),
@@ -42,9 +58,7 @@ fn sign(c: &mut Criterion) {
         b.iter(|| {
             out.clear();
             signer.sign_into(
-                black_box(SESSION),
-                black_box(IAT),
-                None,
+                &claims(black_box(SESSION), black_box(IAT)),
                 &mut scratch,
                 &mut out,
             );

@@ -10,7 +10,9 @@ use std::hint::black_box;
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use pinboard::http::Persistence;
-use pinboard::proxy::{BodyFraming, Forwarded, Signer, request_head, response_head};
+use pinboard::proxy::{
+    BodyFraming, Claims, Forwarded, Instance, Purpose, Signer, request_head, response_head,
+};
 use pinboard::redis::{RESOLVE, encode_command};
 
 struct Counting;
@@ -85,13 +87,18 @@ fn signing_allocates_nothing() {
     let (mut scratch, mut out) = (Vec::new(), Vec::new());
     let n = allocations_after_warm_up(|| {
         out.clear();
-        signer.sign_into(
-            black_box("9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c"),
-            black_box(1_764_400_000),
-            None,
-            &mut scratch,
-            &mut out,
-        );
+        let claims = Claims {
+            aud: black_box("9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c"),
+            iat: black_box(1_764_400_000),
+            purpose: Purpose::Forward,
+            instance: Some(Instance {
+                ns: "/threads",
+                id: black_box("abc"),
+                epoch: black_box("1764400000123"),
+            }),
+            extra: None,
+        };
+        signer.sign_into(&claims, &mut scratch, &mut out);
     });
     assert_eq!(n, 0, "Signer::sign_into allocated {n} times in 100 calls");
 }

@@ -6,10 +6,17 @@
 //! secret, `aud` equal to its current session, and `iat`/`exp` both required and judged with
 //! 30 s of clock skew. A general-purpose validator would need each of these switched on and
 //! would still not check `typ` or a future `iat`.
+//!
+//! A token is also bound to what it is for (contract §11): its `purpose` (`forward`, `wake`,
+//! `stats`, `challenge`) and, for forwards and wakes, the instance (`inst` = `{ns}/{id}`) and
+//! placement `epoch`. [`verify`] returns that [`Binding`]; the routes hold it against the request
+//! (see `surface.rs`), so a token seen once cannot be replayed on another route, instance or
+//! epoch.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
+use pinboard::proxy::Purpose;
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
@@ -25,6 +32,16 @@ pub struct Attestation {
     pub depth: Option<u64>,
     /// `{ sub, scopes?, claims }` of the client's data-plane credential, when it had one.
     pub acct: Option<Value>,
+}
+
+/// What a valid token is for: checked against the route it arrived on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binding {
+    pub purpose: Purpose,
+    /// `{ns}/{id}`, on forward and wake tokens.
+    pub inst: Option<String>,
+    /// The placement epoch's digits, on forward and wake tokens.
+    pub epoch: Option<String>,
 }
 
 /// Why a token was refused. Every reason answers the same 403; the reason is for logs.
@@ -44,16 +61,22 @@ pub enum Invalid {
     Expired,
     #[error("issued in the future")]
     NotYetValid,
+    #[error("issued for another purpose than this route's")]
+    Purpose,
+    #[error("bound to another instance")]
+    Instance,
+    #[error("bound to another placement epoch, or Pinboard-Epoch repeated")]
+    Epoch,
 }
 
 /// Verifies `token` as signed with `secret` for session `audience`, at `now` (seconds since
-/// the Unix epoch).
+/// the Unix epoch). What it is bound to is the caller's to check.
 pub fn verify(
     token: &str,
     secret: &[u8],
     audience: &str,
     now: f64,
-) -> Result<Attestation, Invalid> {
+) -> Result<(Binding, Attestation), Invalid> {
     let mut parts = token.split('.');
     let (Some(header_part), Some(payload), Some(signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -98,6 +121,23 @@ pub fn verify(
     {
         return Err(Invalid::NotYetValid);
     }
+    let text = |key: &str| match claims.get(key) {
+        None => Ok(None),
+        Some(Value::String(v)) => Ok(Some(v.clone())),
+        Some(_) => Err(Invalid::Claims),
+    };
+    let purpose = match text("purpose")?.as_deref() {
+        Some("forward") => Purpose::Forward,
+        Some("wake") => Purpose::Wake,
+        Some("stats") => Purpose::Stats,
+        Some("challenge") => Purpose::Challenge,
+        _ => return Err(Invalid::Claims),
+    };
+    let binding = Binding {
+        purpose,
+        inst: text("inst")?,
+        epoch: text("epoch")?,
+    };
     let caller = match claims.get("caller") {
         None => None,
         Some(Value::String(caller)) => Some(caller.clone()),
@@ -112,11 +152,14 @@ pub fn verify(
         Some(acct @ Value::Object(_)) => Some(acct.clone()),
         Some(_) => return Err(Invalid::Claims),
     };
-    Ok(Attestation {
-        caller,
-        depth,
-        acct,
-    })
+    Ok((
+        binding,
+        Attestation {
+            caller,
+            depth,
+            acct,
+        },
+    ))
 }
 
 fn decode_object(part: &str) -> Option<Map<String, Value>> {
@@ -145,49 +188,89 @@ pub(crate) mod tests {
         jsonwebtoken::encode(&header, claims, &key).unwrap()
     }
 
-    pub(crate) fn mint(secret: &str, aud: &str, iat: u64) -> String {
-        let claims = json!({ "aud": aud, "iat": iat, "exp": iat + 30 });
+    /// A token for a `/_pinned/*` route.
+    pub(crate) fn mint(secret: &str, aud: &str, iat: u64, purpose: &str) -> String {
+        let claims = json!({ "aud": aud, "iat": iat, "exp": iat + 30, "purpose": purpose });
         mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
     }
 
+    /// A forward's token, bound to `inst` at `epoch`.
+    pub(crate) fn mint_forward(secret: &str, aud: &str, inst: &str, epoch: &str) -> String {
+        let iat = now();
+        let claims = json!({
+            "aud": aud, "iat": iat, "exp": iat + 30.0,
+            "purpose": "forward", "inst": inst, "epoch": epoch,
+        });
+        mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
+    }
+
+    fn now() -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            .floor()
+    }
+
     fn check(token: &str) -> Result<Attestation, Invalid> {
-        verify(token, SECRET.as_bytes(), "sess-1", NOW)
+        verify(token, SECRET.as_bytes(), "sess-1", NOW).map(|(_, attestation)| attestation)
     }
 
     #[test]
     fn a_good_token_yields_its_claims() {
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64)),
+            check(&mint(SECRET, "sess-1", NOW as u64, "stats")),
             Ok(Attestation::default())
         );
         let claims = json!({
-            "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0,
+            "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "forward",
+            "inst": "/threads/b", "epoch": "17",
             "caller": "/threads/a", "depth": 2,
             "acct": { "sub": "alice", "claims": { "plan": "pro" } },
         });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
         assert_eq!(
-            check(&token),
-            Ok(Attestation {
-                caller: Some("/threads/a".into()),
-                depth: Some(2),
-                acct: Some(json!({ "sub": "alice", "claims": { "plan": "pro" } })),
-            })
+            verify(&token, SECRET.as_bytes(), "sess-1", NOW),
+            Ok((
+                Binding {
+                    purpose: Purpose::Forward,
+                    inst: Some("/threads/b".into()),
+                    epoch: Some("17".into()),
+                },
+                Attestation {
+                    caller: Some("/threads/a".into()),
+                    depth: Some(2),
+                    acct: Some(json!({ "sub": "alice", "claims": { "plan": "pro" } })),
+                }
+            ))
         );
+    }
+
+    #[test]
+    fn purpose_is_required_and_known() {
+        for claims in [
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0 }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "admin" }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": 1 }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "forward", "inst": 5 }),
+        ] {
+            let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
+            assert_eq!(check(&token), Err(Invalid::Claims), "{claims}");
+        }
     }
 
     #[test]
     fn wrong_secret_or_audience_is_refused() {
         let other = "another-secret-another-secret-00";
         assert_eq!(
-            check(&mint(other, "sess-1", NOW as u64)),
+            check(&mint(other, "sess-1", NOW as u64, "stats")),
             Err(Invalid::Signature)
         );
         assert_eq!(
-            check(&mint(SECRET, "sess-0", NOW as u64)),
+            check(&mint(SECRET, "sess-0", NOW as u64, "stats")),
             Err(Invalid::Audience)
         );
-        let no_aud = json!({ "iat": NOW, "exp": NOW + 30.0 });
+        let no_aud = json!({ "iat": NOW, "exp": NOW + 30.0, "purpose": "stats" });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &no_aud);
         assert_eq!(check(&token), Err(Invalid::Audience));
     }
@@ -195,18 +278,17 @@ pub(crate) mod tests {
     #[test]
     fn thirty_seconds_of_skew_on_both_ends() {
         // exp = iat + 30: issued 59 s ago expired 29 s ago, within the skew.
-        assert!(check(&mint(SECRET, "sess-1", NOW as u64 - 59)).is_ok());
+        assert!(check(&mint(SECRET, "sess-1", NOW as u64 - 59, "stats")).is_ok());
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64 - 61)),
+            check(&mint(SECRET, "sess-1", NOW as u64 - 61, "stats")),
             Err(Invalid::Expired)
         );
-        assert!(check(&mint(SECRET, "sess-1", NOW as u64 + 29)).is_ok());
+        assert!(check(&mint(SECRET, "sess-1", NOW as u64 + 29, "stats")).is_ok());
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64 + 31)),
+            check(&mint(SECRET, "sess-1", NOW as u64 + 31, "stats")),
             Err(Invalid::NotYetValid)
         );
-        let not_before =
-            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 90.0, "nbf": NOW + 60.0 });
+        let not_before = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 90.0, "nbf": NOW + 60.0, "purpose": "stats" });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &not_before);
         assert_eq!(check(&token), Err(Invalid::NotYetValid));
     }
@@ -251,7 +333,7 @@ pub(crate) mod tests {
 
     #[test]
     fn garbage_is_malformed() {
-        let good = mint(SECRET, "sess-1", NOW as u64);
+        let good = mint(SECRET, "sess-1", NOW as u64, "stats");
         for bad in [
             "",
             "abc",

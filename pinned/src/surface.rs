@@ -10,11 +10,12 @@ use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 use pinboard::error::Error;
 use pinboard::http::{Handler, Request, Response};
+use pinboard::proxy::Purpose;
 use serde_json::json;
 use tracing::debug;
 
 use crate::app::{App, Instance};
-use crate::attest::{self, Attestation, Invalid};
+use crate::attest::{self, Attestation, Binding, Invalid};
 use crate::epoch::Epoch;
 use crate::state::{Admission, Shared};
 use crate::worker::Handle;
@@ -41,7 +42,12 @@ impl<A: App> Surface<A> {
         }
     }
 
-    fn attested(&self, req: &Request<'_>) -> Result<Attestation, Invalid> {
+    /// The request's attestation, when valid for this session and issued for `purpose`.
+    fn attested(
+        &self,
+        req: &Request<'_>,
+        purpose: Purpose,
+    ) -> Result<(Binding, Attestation), Invalid> {
         let token = req
             .header(ATTESTATION)
             .and_then(|v| v.to_str().ok())
@@ -55,14 +61,19 @@ impl<A: App> Surface<A> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        attest::verify(token, self.shared.secret.as_bytes(), &session, now)
+        let (binding, attestation) =
+            attest::verify(token, self.shared.secret.as_bytes(), &session, now)?;
+        if binding.purpose != purpose {
+            return Err(Invalid::Purpose);
+        }
+        Ok((binding, attestation))
     }
 
     fn challenge(&self, req: &Request<'_>) -> Response {
         let secret = req
             .header(PROXY_SECRET)
             .is_some_and(|v| constant_time_eq(v.as_bytes(), self.shared.secret.as_bytes()));
-        if !secret && self.attested(req).is_err() {
+        if !secret && self.attested(req, Purpose::Challenge).is_err() {
             return Response::text(StatusCode::FORBIDDEN, "invalid proxy secret");
         }
         let challenge = query_param(req.head.uri.query().unwrap_or(""), "challenge");
@@ -74,7 +85,7 @@ impl<A: App> Surface<A> {
     }
 
     fn stats(&self, req: &Request<'_>) -> Response {
-        if let Err(why) = self.attested(req) {
+        if let Err(why) = self.attested(req, Purpose::Stats) {
             debug!(reason = %why, "refusing a stats call");
             return invalid_attestation();
         }
@@ -109,19 +120,40 @@ impl<A: App> Surface<A> {
         id: String,
         rest: String,
     ) -> Result<Response, Error> {
-        let attestation = match self.attested(req) {
-            Ok(attestation) => attestation,
+        // A `_wake` is the durability sweep's, never a client's: it takes a wake token.
+        let purpose = if rest == "/_wake" {
+            Purpose::Wake
+        } else {
+            Purpose::Forward
+        };
+        let (binding, attestation) = match self.attested(req, purpose) {
+            Ok(attested) => attested,
             Err(why) => {
                 debug!(%ns, %id, reason = %why, "refusing an unattested instance request");
                 return Ok(invalid_attestation());
             }
         };
-        let Some(epoch) = req.header(EPOCH).and_then(|v| Epoch::parse(v.as_bytes())) else {
+        let mut epochs = req.head.headers.get_all(EPOCH).iter();
+        let (first, repeated) = (epochs.next(), epochs.next().is_some());
+        let Some(epoch) = first.and_then(|v| Epoch::parse(v.as_bytes())) else {
             return Ok(Response::text(
                 StatusCode::BAD_REQUEST,
                 "malformed placement epoch",
             ));
         };
+        // The token names the placement it was minted for: another instance's or another
+        // epoch's token, or a second `Pinboard-Epoch` beside it, is a replay.
+        let bound = if binding.inst.as_deref() != Some(&format!("{ns}/{id}")) {
+            Err(Invalid::Instance)
+        } else if repeated || binding.epoch.as_deref() != Some(epoch.as_str()) {
+            Err(Invalid::Epoch)
+        } else {
+            Ok(())
+        };
+        if let Err(why) = bound {
+            debug!(%ns, %id, %epoch, reason = %why, "refusing a replayed attestation");
+            return Ok(invalid_attestation());
+        }
         let admission = self.shared.state().admit(&ns, &id, &epoch, Instant::now());
         let activated = match admission {
             Admission::Serve { activated } => activated,
@@ -250,7 +282,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::attest::tests::{mint, mint_with};
+    use crate::attest::tests::{mint, mint_forward, mint_with};
     use crate::config::Config;
     use crate::registry::Registry;
     use crate::runtime::{bind, choose_driver, spawn_serving};
@@ -316,8 +348,19 @@ mod tests {
             serving
         }
 
-        fn attestation(&self) -> String {
-            mint(&self.shared.secret, "sess-1", now())
+        /// A token of session `sess-1` for a `/_pinned/*` route.
+        fn token(&self, purpose: &str) -> String {
+            mint(&self.shared.secret, "sess-1", now(), purpose)
+        }
+
+        /// A request to instance `inst` forwarded at `epoch`, attested as Pinboard does.
+        fn forward(&self, path: &str, inst: &str, epoch: &str) -> Reply {
+            let token = mint_forward(&self.shared.secret, "sess-1", inst, epoch);
+            let headers = [
+                ("Pinboard-Attestation", token.as_str()),
+                ("Pinboard-Epoch", epoch),
+            ];
+            self.get(path, &headers)
         }
 
         fn get(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
@@ -424,7 +467,7 @@ mod tests {
         );
 
         // An attestation stands in for the secret once there is a session to attest.
-        let attestation = w.attestation();
+        let attestation = w.token("challenge");
         let attested = [("Pinboard-Attestation", attestation.as_str())];
         text(&w.get(&path, &attested), 403, "invalid proxy secret");
         w.shared.state().session = Some("sess-1".into());
@@ -432,12 +475,23 @@ mod tests {
             json_reply(&w.get(&path, &attested), 200),
             json!({ "value": v })
         );
-        let other_session = mint(&w.shared.secret, "sess-0", now());
+        let other_session = mint(&w.shared.secret, "sess-0", now(), "challenge");
         text(
             &w.get(&path, &[("Pinboard-Attestation", &other_session)]),
             403,
             "invalid proxy secret",
         );
+        // A token issued for another route does not stand in either (contract §11).
+        for other in [
+            w.token("stats"),
+            mint_forward(&w.shared.secret, "sess-1", "/threads/a", "1"),
+        ] {
+            text(
+                &w.get(&path, &[("Pinboard-Attestation", &other)]),
+                403,
+                "invalid proxy secret",
+            );
+        }
 
         let reply = w.send("POST", &path, &[], "");
         text(&reply, 405, "method not allowed");
@@ -455,13 +509,19 @@ mod tests {
             json_reply(&refused, 403),
             json!({ "detail": "invalid attestation" })
         );
-        let attestation = w.attestation();
-        let attested = [
-            ("Pinboard-Attestation", attestation.as_str()),
-            ("Pinboard-Epoch", "42"),
-        ];
-        assert_eq!(w.get("/threads/t1", &attested).status, 200);
-        assert_eq!(w.get("/docs/d1/x", &attested).status, 200);
+        assert_eq!(w.forward("/threads/t1", "/threads/t1", "42").status, 200);
+        assert_eq!(w.forward("/docs/d1/x", "/docs/d1", "42").status, 200);
+        // A forward's or a challenge's token is no stats token.
+        let forward = mint_forward(&w.shared.secret, "sess-1", "/threads/t1", "42");
+        for token in [forward, w.token("challenge"), w.token("wake")] {
+            let reply = w.get("/_pinned/stats", &[("Pinboard-Attestation", &token)]);
+            assert_eq!(
+                json_reply(&reply, 403),
+                json!({ "detail": "invalid attestation" })
+            );
+        }
+        let stats_token = w.token("stats");
+        let attested = [("Pinboard-Attestation", stats_token.as_str())];
         let stats = json_reply(&w.get("/_pinned/stats", &attested), 200);
         assert_eq!(stats["sessionId"], "sess-1");
         assert_eq!(stats["clientId"], "c-1");
@@ -486,16 +546,35 @@ mod tests {
         let refused = json!({ "detail": "invalid attestation" });
         assert_eq!(json_reply(&w.get("/threads/a", &[epoch]), 403), refused);
         let secret = w.shared.secret.clone();
+        let forward = |secret: &str, aud: &str, iat: u64| {
+            let claims = json!({
+                "aud": aud, "iat": iat, "exp": iat + 30,
+                "purpose": "forward", "inst": "/threads/a", "epoch": "7",
+            });
+            mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
+        };
+        assert_eq!(
+            w.get(
+                "/threads/a",
+                &[
+                    ("Pinboard-Attestation", &forward(&secret, "sess-1", now())),
+                    epoch
+                ]
+            )
+            .status,
+            200,
+            "the control case passes"
+        );
         for token in [
-            mint("another-secret", "sess-1", now()),
-            mint(&secret, "sess-0", now()),
-            mint(&secret, "sess-1", now() - 61),
-            mint(&secret, "sess-1", now() + 31),
+            forward("another-secret-another-secret-00", "sess-1", now()),
+            forward(&secret, "sess-0", now()),
+            forward(&secret, "sess-1", now() - 61),
+            forward(&secret, "sess-1", now() + 31),
             mint_with(
                 Algorithm::HS384,
                 "pinboard+jwt",
                 &secret,
-                &json!({ "aud": "sess-1", "iat": now(), "exp": now() + 30 }),
+                &json!({ "aud": "sess-1", "iat": now(), "exp": now() + 30, "purpose": "forward", "inst": "/threads/a", "epoch": "7" }),
             ),
             "garbage".into(),
         ] {
@@ -505,15 +584,73 @@ mod tests {
         // The proxy secret does not stand in for an attestation here.
         let reply = w.get("/threads/a", &[("Pinboard-Proxy-Secret", &secret), epoch]);
         assert_eq!(json_reply(&reply, 403), refused);
+        assert_eq!(
+            w.shared.state().held().len(),
+            1,
+            "only the control case activated"
+        );
+    }
+
+    #[test]
+    fn a_token_is_bound_to_its_route_instance_and_epoch() {
+        let w = Serving::registered();
+        let secret = w.shared.secret.clone();
+        let refused = json!({ "detail": "invalid attestation" });
+        let send = |path: &str, token: &str, epochs: &[&str]| {
+            let mut headers = vec![("Pinboard-Attestation", token)];
+            headers.extend(epochs.iter().map(|e| ("Pinboard-Epoch", *e)));
+            w.get(path, &headers)
+        };
+        let token = mint_forward(&secret, "sess-1", "/threads/a", "7");
+        // Another instance, another namespace, another epoch: each a replay.
+        for (path, epochs) in [
+            ("/threads/b", &["7"][..]),
+            ("/docs/a", &["7"]),
+            ("/threads/a", &["8"]),
+            ("/threads/a", &["7", "7"]),
+            ("/threads/a", &["7", "8"]),
+        ] {
+            assert_eq!(
+                json_reply(&send(path, &token, epochs), 403),
+                refused,
+                "{path} {epochs:?}"
+            );
+        }
+        // A token without an instance, or for another purpose, is no forward token.
+        for other in [w.token("stats"), w.token("challenge"), w.token("forward")] {
+            assert_eq!(
+                json_reply(&send("/threads/a", &other, &["7"]), 403),
+                refused
+            );
+        }
         assert!(w.shared.state().held().is_empty());
+        // `_wake` takes a wake token: a client's forward to it is refused.
+        let wake = |purpose: &str| {
+            let claims = json!({
+                "aud": "sess-1", "iat": now(), "exp": now() + 30,
+                "purpose": purpose, "inst": "/threads/a", "epoch": "7",
+            });
+            mint_with(Algorithm::HS256, "pinboard+jwt", &secret, &claims)
+        };
+        assert_eq!(
+            json_reply(&send("/threads/a/_wake", &wake("forward"), &["7"]), 403),
+            refused
+        );
+        assert_eq!(send("/threads/a/_wake", &wake("wake"), &["7"]).status, 200);
+        assert_eq!(send("/threads/a", &token, &["7"]).status, 200);
     }
 
     #[test]
     fn the_epoch_must_be_digits_and_current() {
         let w = Serving::registered();
-        let attestation = w.attestation();
         let get = |path: &str, epoch: Option<&str>| {
-            let mut headers = vec![("Pinboard-Attestation", attestation.as_str())];
+            let token = mint_forward(
+                &w.shared.secret,
+                "sess-1",
+                "/threads/a",
+                epoch.unwrap_or(""),
+            );
+            let mut headers = vec![("Pinboard-Attestation", token.as_str())];
             headers.extend(epoch.map(|e| ("Pinboard-Epoch", e)));
             w.get(path, &headers)
         };
@@ -565,6 +702,7 @@ mod tests {
         let w = Serving::registered();
         let claims = json!({
             "aud": "sess-1", "iat": now(), "exp": now() + 30, "caller": "/docs/d9", "depth": 3,
+            "purpose": "forward", "inst": "/docs/d1", "epoch": "3",
             "acct": { "sub": "alice", "scopes": ["read"], "claims": { "sub": "alice" } },
         });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", &w.shared.secret, &claims);
@@ -587,14 +725,9 @@ mod tests {
     #[test]
     fn new_activations_are_refused_without_a_live_lease() {
         let w = Serving::registered();
-        let attestation = w.attestation();
-        let headers = [
-            ("Pinboard-Attestation", attestation.as_str()),
-            ("Pinboard-Epoch", "5"),
-        ];
-        assert_eq!(w.get("/threads/held", &headers).status, 200);
+        assert_eq!(w.forward("/threads/held", "/threads/held", "5").status, 200);
         w.shared.state().lease_until = Some(Instant::now());
-        let refused = w.get("/threads/new", &headers);
+        let refused = w.forward("/threads/new", "/threads/new", "5");
         assert_eq!(
             json_reply(&refused, 503),
             json!({ "detail": "lease unhealthy" })
@@ -602,7 +735,7 @@ mod tests {
         assert_eq!(refused.header("retry-after"), Some("1"));
         assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
         assert_eq!(
-            w.get("/threads/held", &headers).status,
+            w.forward("/threads/held", "/threads/held", "5").status,
             200,
             "held instances stay served"
         );
@@ -611,7 +744,7 @@ mod tests {
     #[test]
     fn other_paths_are_not_found() {
         let w = Serving::registered();
-        let attestation = w.attestation();
+        let attestation = w.token("forward");
         let headers = [
             ("Pinboard-Attestation", attestation.as_str()),
             ("Pinboard-Epoch", "5"),

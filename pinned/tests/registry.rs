@@ -131,7 +131,7 @@ impl Fleet {
 /// `epoch`.
 fn forward(handle: &Handle, path: &str, epoch: &str) -> Reply {
     let session = handle.session_id().expect("a session");
-    let token = attestation(handle.secret(), &session);
+    let token = attestation(handle.secret(), &session, path, epoch);
     Client::connect(handle.local_addr()).request(
         format!(
             "GET {path} HTTP/1.1\r\nHost: w\r\nPinboard-Attestation: {token}\r\nPinboard-Epoch: {epoch}\r\n\r\n"

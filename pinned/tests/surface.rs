@@ -214,8 +214,8 @@ fn nothing_is_served_without_a_session() {
     assert_eq!(handle.session_id(), None);
     let addr = handle.local_addr();
     // Any audience will do: there is no session for it to match.
-    let token = attestation(handle.secret(), "");
     let send = |path: &str| {
+        let token = attestation(handle.secret(), "", path, "1");
         let mut client = support::http::Client::connect(addr);
         client.request(
             format!(

@@ -17,7 +17,7 @@ use crate::http::{Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
 use crate::placement;
-use crate::proxy::Signer;
+use crate::proxy::{Claims, Purpose, Signer};
 use crate::registry::{Session, now_ms};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -326,13 +326,14 @@ async fn fetch_stats(session: &Session) -> Option<Map<String, Value>> {
     let addr = WorkerAddr::parse(&session.advertise_url).ok()?;
     let iat = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
     let mut token = Vec::new();
-    Signer::new(session.secret.as_bytes()).sign_into(
-        &session.session_id,
+    let claims = Claims {
+        aud: &session.session_id,
         iat,
-        None,
-        &mut Vec::new(),
-        &mut token,
-    );
+        purpose: Purpose::Stats,
+        instance: None,
+        extra: None,
+    };
+    Signer::new(session.secret.as_bytes()).sign_into(&claims, &mut Vec::new(), &mut token);
     let token = String::from_utf8(token).ok()?;
     let headers = [("pinboard-attestation", token.as_str())];
     let answer = fetch(

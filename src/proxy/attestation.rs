@@ -22,6 +22,50 @@ pub const TOKEN_TTL_SECS: u64 = 30;
 /// for the forwards that carry them.
 pub struct Extra<'a>(pub &'a [u8]);
 
+/// What a token is for (contract §11): a worker accepts it only on the matching route, so a
+/// token seen on one route cannot be replayed on another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// An instance request (`/{ns}/{id}...`).
+    Forward,
+    /// The durability sweep's `POST {ns}/{id}/_wake`.
+    Wake,
+    /// `GET /_pinned/stats`.
+    Stats,
+    /// `GET /_pinned/challenge`.
+    Challenge,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Purpose::Forward => "forward",
+            Purpose::Wake => "wake",
+            Purpose::Stats => "stats",
+            Purpose::Challenge => "challenge",
+        }
+    }
+}
+
+/// The placement a forward or wake token is bound to: `inst` = `{ns}/{id}`, `epoch` = the
+/// `Pinboard-Epoch` it rides with.
+pub struct Instance<'a> {
+    pub ns: &'a str,
+    pub id: &'a str,
+    pub epoch: &'a str,
+}
+
+/// Everything one token says.
+pub struct Claims<'a> {
+    /// The worker's session.
+    pub aud: &'a str,
+    /// Unix seconds.
+    pub iat: u64,
+    pub purpose: Purpose,
+    pub instance: Option<Instance<'a>>,
+    pub extra: Option<Extra<'a>>,
+}
+
 #[derive(Clone)]
 pub struct Signer {
     keyed: Hmac<Sha256>,
@@ -34,24 +78,24 @@ impl Signer {
         }
     }
 
-    /// Appends a token for `aud` issued at `iat` (Unix seconds) to `out`. `scratch` holds the
-    /// claims while they are encoded; both buffers are the caller's, reused across requests.
-    pub fn sign_into(
-        &self,
-        aud: &str,
-        iat: u64,
-        extra: Option<Extra<'_>>,
-        scratch: &mut Vec<u8>,
-        out: &mut Vec<u8>,
-    ) {
+    /// Appends a token carrying `claims` to `out`. `scratch` holds the claims while they are
+    /// encoded; both buffers are the caller's, reused across requests.
+    pub fn sign_into(&self, claims: &Claims<'_>, scratch: &mut Vec<u8>, out: &mut Vec<u8>) {
         scratch.clear();
-        // `aud` is a session id (hex) and numbers need no escaping. Writing to a Vec cannot fail.
+        // `aud` is a session id (hex), namespaces and ids are of the id alphabet, epochs are
+        // digits and numbers need no escaping. Writing to a Vec cannot fail.
         let _ = write!(
             scratch,
-            "{{\"aud\":\"{aud}\",\"iat\":{iat},\"exp\":{}",
-            iat + TOKEN_TTL_SECS
+            "{{\"aud\":\"{}\",\"iat\":{},\"exp\":{},\"purpose\":\"{}\"",
+            claims.aud,
+            claims.iat,
+            claims.iat + TOKEN_TTL_SECS,
+            claims.purpose.as_str(),
         );
-        if let Some(Extra(members)) = extra {
+        if let Some(Instance { ns, id, epoch }) = claims.instance {
+            let _ = write!(scratch, ",\"inst\":\"{ns}/{id}\",\"epoch\":\"{epoch}\"");
+        }
+        if let Some(Extra(members)) = claims.extra {
             scratch.push(b',');
             scratch.extend_from_slice(members);
         }
@@ -94,14 +138,18 @@ mod tests {
     fn token_verifies_with_the_secret_and_carries_the_claims() {
         let signer = Signer::new(b"worker-secret");
         let mut out = b"prefix:".to_vec();
-        let extra = Extra(br#""caller":"/t/x","depth":2"#);
-        signer.sign_into(
-            "abc123",
-            1_700_000_000,
-            Some(extra),
-            &mut Vec::new(),
-            &mut out,
-        );
+        let claims = Claims {
+            aud: "abc123",
+            iat: 1_700_000_000,
+            purpose: Purpose::Forward,
+            instance: Some(Instance {
+                ns: "/threads",
+                id: "abc",
+                epoch: "1700000000001",
+            }),
+            extra: Some(Extra(br#""caller":"/t/x","depth":2"#)),
+        };
+        signer.sign_into(&claims, &mut Vec::new(), &mut out);
         let token = std::str::from_utf8(&out[7..]).unwrap();
         let mut parts = token.split('.');
         let (h, c, s) = (
@@ -113,7 +161,11 @@ mod tests {
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(c).unwrap()).unwrap();
         assert_eq!(
             claims,
-            serde_json::json!({"aud": "abc123", "iat": 1_700_000_000u64, "exp": 1_700_000_030u64, "caller": "/t/x", "depth": 2})
+            serde_json::json!({
+                "aud": "abc123", "iat": 1_700_000_000u64, "exp": 1_700_000_030u64,
+                "purpose": "forward", "inst": "/threads/abc", "epoch": "1700000000001",
+                "caller": "/t/x", "depth": 2,
+            })
         );
         let mut mac = Hmac::<Sha256>::new_from_slice(b"worker-secret").unwrap();
         mac.update(format!("{h}.{c}").as_bytes());
@@ -125,13 +177,14 @@ mod tests {
     fn long_extra_claims_still_sign() {
         let extra = format!(r#""acct":{{"sub":"{}"}}"#, "a".repeat(2000));
         let mut out = Vec::new();
-        Signer::new(b"k").sign_into(
-            "s",
-            1,
-            Some(Extra(extra.as_bytes())),
-            &mut Vec::new(),
-            &mut out,
-        );
+        let claims = Claims {
+            aud: "s",
+            iat: 1,
+            purpose: Purpose::Stats,
+            instance: None,
+            extra: Some(Extra(extra.as_bytes())),
+        };
+        Signer::new(b"k").sign_into(&claims, &mut Vec::new(), &mut out);
         let claims = out.split(|b| *b == b'.').nth(1).unwrap();
         let claims: serde_json::Value =
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap();

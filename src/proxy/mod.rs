@@ -17,7 +17,7 @@ use ahash::AHashMap;
 use bytes::BytesMut;
 use http::{StatusCode, header};
 
-pub use attestation::{Extra, Signer};
+pub use attestation::{Claims, Extra, Instance, Purpose, Signer};
 pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 
 use crate::error::Error;
@@ -286,13 +286,20 @@ pub async fn handle(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         buffers.token.clear();
-        worker.signer.sign_into(
-            &placement.session_id,
+        let claims = Claims {
+            aud: &placement.session_id,
             iat,
-            admitted.claims.as_deref().map(Extra),
-            &mut buffers.claims,
-            &mut buffers.token,
-        );
+            purpose: Purpose::Forward,
+            instance: Some(Instance {
+                ns: route.ns,
+                id: route.id,
+                epoch: &placement.epoch,
+            }),
+            extra: admitted.claims.as_deref().map(Extra),
+        };
+        worker
+            .signer
+            .sign_into(&claims, &mut buffers.claims, &mut buffers.token);
         let exchange = forward::Exchange {
             addr: &worker.addr,
             path_and_query,
