@@ -129,6 +129,17 @@ impl Node {
         format!("http://{}", self.addr)
     }
 
+    /// The process's resident set size, from `/proc/{pid}/status`.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kib * 1024
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
     pub fn stop(&mut self) -> ExitStatus {
         self.terminate();

@@ -1,0 +1,492 @@
+//! The security review's findings (issue 8), each as the attacker sent it: raw bytes from a
+//! client, a credential of another account, a client that never reads. Every test runs the
+//! real node against a real redis-server and a real HTTP worker, and failed before its fix.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::attest::claims_of;
+use support::fleet::Fixture;
+use support::http::{Client, get};
+use support::node::{eventually, token};
+use support::worker::TestWorker;
+
+fn warm_fleet(env: &[(&str, &str)]) -> (Fixture, TestWorker, String) {
+    let f = Fixture::new(env);
+    f.warm();
+    let worker = TestWorker::start("victim");
+    let session = f.registered(&worker, "w1");
+    (f, worker, session)
+}
+
+/// Paths of the instance requests the worker received (probes left out).
+fn served(worker: &TestWorker) -> Vec<String> {
+    worker.requests().into_iter().map(|s| s.path).collect()
+}
+
+/// C1: `Content-Length: 49, 49` was read as 49 by the head decoder and as nothing by the
+/// forward, which wrote `content-length: 0` upstream: the body became the next request on the
+/// pooled worker connection (an attested `/_pinned/stats`, or any instance at any epoch).
+#[test]
+fn c1_a_list_form_content_length_is_refused_not_smuggled() {
+    let (f, worker, _) = warm_fleet(&[]);
+    let smuggled = "GET /_pinned/stats HTTP/1.1\r\nHost: w\r\nX-Ignore: ";
+    let stolen = "GET /docs/stolen/count HTTP/1.1\r\nHost: w\r\nPinboard-Epoch: 99999999999999999999\r\nX-Ignore: ";
+    for prefix in [smuggled, stolen] {
+        for framing in [
+            format!("Content-Length: {0}, {0}", prefix.len()),
+            format!("Content-Length: {0}\r\nContent-Length: {0}", prefix.len()),
+            format!("Content-Length: {0},{0}", prefix.len()),
+        ] {
+            let mut c = Client::connect(f.node.addr);
+            c.send(
+                format!(
+                    "POST /threads/demo/echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n{framing}\r\n\r\n"
+                )
+                .as_bytes(),
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            c.send(prefix.as_bytes());
+            c.send(b"GET /threads/demo/count HTTP/1.1\r\nHost: x\r\n\r\n");
+            let refused = c.read(false);
+            assert_eq!(
+                (refused.status, refused.json()),
+                (400, json!({"error": "bad request"}))
+            );
+            assert!(
+                c.read_until_eof(Duration::from_secs(5)).is_some(),
+                "the connection closes after the refusal"
+            );
+        }
+    }
+    assert!(
+        served(&worker).is_empty(),
+        "nothing reached the worker: {:?}",
+        served(&worker)
+    );
+    assert!(f.row("/docs", "stolen").is_none());
+
+    // The same body with one honest length is one request upstream, with that body.
+    let mut c = Client::connect(f.node.addr);
+    let r = c.request(
+        format!(
+            "POST /threads/demo/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{smuggled}",
+            smuggled.len()
+        )
+        .as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["body"], smuggled);
+    assert_eq!(
+        r.json()["headers"]["content-length"],
+        smuggled.len().to_string()
+    );
+    let r = c.request(b"GET /threads/demo/count HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.json()["path"], "/threads/demo/count");
+    assert_eq!(
+        served(&worker),
+        ["/threads/demo/echo", "/threads/demo/count"]
+    );
+}
+
+/// Two `Host` headers are ambiguous to whatever reads them next (hostname-aware placement,
+/// the worker's own routing): refused.
+#[test]
+fn a_repeated_host_is_refused() {
+    let (f, worker, _) = warm_fleet(&[]);
+    let mut c = Client::connect(f.node.addr);
+    let r = c.request(b"GET /threads/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    assert_eq!(r.status, 400);
+    assert!(served(&worker).is_empty());
+}
+
+/// Inbound `Pinboard-*` headers in any spelling (`Pinboard_Epoch` reads as `Pinboard-Epoch` to
+/// CGI-style stacks) never reach the worker; the node's own carry the binding of contract §11.
+#[test]
+fn inbound_pinboard_headers_are_stripped_and_the_attestation_is_bound() {
+    let (f, worker, session) = warm_fleet(&[]);
+    let mut c = Client::connect(f.node.addr);
+    let r = c.request(
+        b"GET /threads/abc/x HTTP/1.1\r\nHost: e\r\nPinboard_Epoch: 1\r\nPINBOARD_ATTESTATION: forged\r\n\
+          Pinboard-Epoch: 2\r\nPinboard-Epoch: 3\r\npinboard-anything: x\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen = &worker.requests()[0];
+    let pinboard: Vec<_> = seen
+        .headers
+        .iter()
+        .filter(|(n, _)| n.starts_with("pinboard"))
+        .collect();
+    assert_eq!(pinboard.len(), 2, "only the node's two: {pinboard:?}");
+    let epoch = seen.header("pinboard-epoch").unwrap();
+    assert_eq!(f.row("/threads", "abc").unwrap()["epoch"], epoch);
+    let claims = claims_of(
+        seen.header("pinboard-attestation").unwrap(),
+        &worker.secret(),
+    );
+    assert_eq!(claims["aud"], session);
+    assert_eq!(claims["purpose"], "forward");
+    assert_eq!(claims["inst"], "/threads/abc");
+    assert_eq!(claims["epoch"], epoch);
+}
+
+/// H1: `prevSessionId` moved any session's rows to the registering one, whatever its account.
+#[test]
+fn h1_another_accounts_session_cannot_be_reclaimed() {
+    let (f, victim, victim_session) = warm_fleet(&[]);
+    let mut c = Client::connect(f.node.addr);
+    assert_eq!(
+        c.request(b"GET /threads/demo HTTP/1.1\r\nHost: x\r\n\r\n")
+            .status,
+        200
+    );
+    let row = f.row("/threads", "demo").unwrap();
+    assert_eq!(row["sessionId"], victim_session);
+
+    let mallory = TestWorker::start("mallory");
+    let steal = json!({
+        "prevSessionId": victim_session,
+        "instances": {"/threads": ["demo"]},
+    });
+    // Another account; then the victim's own account under another clientId.
+    let other_account = token("mallory", &["pinboard:worker"], &["*"]);
+    for (credential, client) in [(other_account.as_str(), "m1"), (f.token.as_str(), "m2")] {
+        let body = f.register_body(&mallory, client, steal.clone());
+        let r = f.post("register", credential, &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(
+            r.json()["duplicates"],
+            json!([{"ns": "/threads", "id": "demo"}]),
+            "every listed id comes back as a duplicate"
+        );
+        assert_eq!(
+            f.row("/threads", "demo").unwrap(),
+            row,
+            "the row did not move"
+        );
+    }
+    let r = c.request(b"GET /threads/demo HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        (served(&victim).len(), served(&mallory).len()),
+        (2, 0),
+        "the victim's users still reach the victim only"
+    );
+
+    // The owner itself, re-registering under its own client, still reclaims (and keeps the
+    // epoch).
+    let own = f.register_body(
+        &victim,
+        "w1",
+        json!({"prevSessionId": victim_session, "instances": {"/threads": ["demo"]}}),
+    );
+    let r = f.post("register", &f.token, &own);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json().get("duplicates").is_none(), "{}", r.text());
+    let reclaimed = f.row("/threads", "demo").unwrap();
+    assert_eq!(reclaimed["sessionId"], r.json()["sessionId"]);
+    assert_eq!(reclaimed["epoch"], row["epoch"]);
+}
+
+/// A client connection with a receive buffer as small as the kernel allows, so that a client
+/// that does not read stops taking bytes at once.
+fn tight_client(addr: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    stream
+}
+
+/// Writes `total` bytes of `unit` repeated, until done or the peer stops taking them; returns
+/// how much went out.
+fn pipeline(stream: &mut TcpStream, unit: &[u8], total: usize) -> usize {
+    let block: Vec<u8> = unit
+        .iter()
+        .copied()
+        .cycle()
+        .take(unit.len() * 4096)
+        .collect();
+    let mut sent = 0;
+    while sent < total {
+        match stream.write(&block) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    sent
+}
+
+/// H2: the node flushed answers only when no further request was buffered, so a client that
+/// pipelines and never reads made its output grow without bound (100 MB of requests took the
+/// node to 1.1 GB). Now it stops reading past 64 KiB of unsent answers, and closes the client
+/// after `http.write_timeout_ms` without progress.
+#[test]
+fn h2_a_pipelining_client_that_never_reads_costs_bounded_memory() {
+    let f = Fixture::new(&[("PINBOARD_HTTP__WRITE_TIMEOUT_MS", "1500")]);
+    let before = f.node.rss_bytes();
+    let mut attacker = tight_client(f.node.addr);
+    let started = Instant::now();
+    let sent = pipeline(&mut attacker, b"GET / HTTP/1.1\r\n\r\n", 100 << 20);
+    let during = f.node.rss_bytes();
+    // Meanwhile everyone else is served.
+    assert_eq!(get(f.node.addr, "/healthz", None).status, 200);
+    eprintln!(
+        "pipelined {} MB unread in {:?}: node RSS {} MB before, {} MB during",
+        sent >> 20,
+        started.elapsed(),
+        before >> 20,
+        during >> 20
+    );
+    assert!(
+        sent < 100 << 20,
+        "the node stopped reading: only {sent} bytes went in"
+    );
+    assert!(
+        during < 100 << 20,
+        "RSS {during} bytes while the client never reads"
+    );
+    // The client took nothing for the write timeout: closed.
+    let mut sink = Vec::new();
+    attacker
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let closed = loop {
+        let mut chunk = [0u8; 65536];
+        match attacker.read(&mut chunk) {
+            Ok(0) => break true,
+            Ok(n) => sink.extend_from_slice(&chunk[..n.min(16)]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(closed, "a client that never reads is closed");
+}
+
+/// H3: with no write timeout, two clients that never read their large answers held a worker's
+/// inflight slots (max 2) for as long as they liked: every other client got 503. Now each is
+/// closed after `http.write_timeout_ms`, which frees its upstream connection and slot.
+#[test]
+fn h3_a_client_that_never_reads_releases_its_inflight_slot() {
+    let (f, worker, _) = warm_fleet(&[
+        ("PINBOARD_THREADS", "1"),
+        ("PINBOARD_FORWARDS__MAX_INFLIGHT", "2"),
+        ("PINBOARD_HTTP__WRITE_TIMEOUT_MS", "1000"),
+    ]);
+    // Larger than what the kernel buffers between the node and a client that does not read.
+    let body = "x".repeat(16 << 20);
+    let request = format!(
+        "POST /threads/big/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stuck: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = tight_client(f.node.addr);
+            s.write_all(request.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // Both answers are on their way and stuck: the worker answered them.
+    assert!(eventually(Duration::from_secs(10), || served(&worker)
+        .len()
+        >= 2));
+    let started = Instant::now();
+    let mut refused = 0;
+    let freed = eventually(Duration::from_secs(15), || {
+        let r = get(f.node.addr, "/threads/other", None);
+        if r.status == 503 {
+            assert_eq!(
+                r.json(),
+                json!({"error": "worker inflight cap exceeded, retry"})
+            );
+            refused += 1;
+        }
+        r.status == 200
+    });
+    assert!(freed, "the slots were released:\n{}", f.node.log());
+    eprintln!(
+        "slots freed {:?} after the stuck answers began ({refused} refused meanwhile)",
+        started.elapsed()
+    );
+    // Both stuck clients are closed by the node (the health call itself is the one left).
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let closed = eventually(Duration::from_secs(10), || {
+        get(f.node.addr, "/registry/health", Some(&ops)).json()["connections"] == 1
+    });
+    assert!(closed, "the clients that never read were closed");
+    for s in &mut stuck {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut all = Vec::new();
+        // What the kernel had buffered for it, then the end (or a reset) of the connection.
+        let _ = s.read_to_end(&mut all);
+        assert!(
+            all.len() < body.len(),
+            "cut off: {} bytes of the answer",
+            all.len()
+        );
+    }
+}
+
+/// Past `max_connections` a new connection is closed at accept, and counted.
+#[test]
+fn connections_past_the_cap_are_closed_at_accept() {
+    let f = Fixture::new(&[("PINBOARD_MAX_CONNECTIONS", "4")]);
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(f.node.addr).unwrap())
+        .collect();
+    // Accepts are asynchronous: the cap is reached once the node counts all four.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(f.node.addr).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = extra.read_to_end(&mut answer);
+    assert!(
+        answer.is_empty(),
+        "refused without an answer: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    drop(idle);
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let scraped = eventually(Duration::from_secs(5), || {
+        get(f.node.addr, "/metrics", Some(&ops))
+            .text()
+            .contains("pinboard_connections_refused_total 1")
+    });
+    assert!(
+        scraped,
+        "{}",
+        get(f.node.addr, "/metrics", Some(&ops)).text()
+    );
+}
+
+/// M1: `/threads/../_pinned/stats` was placed as id `..` and forwarded, attested, to a worker
+/// whose stack might normalize it to its own `/_pinned/stats`.
+#[test]
+fn m1_dot_segments_never_reach_a_worker() {
+    let (f, worker, _) = warm_fleet(&[]);
+    for path in [
+        "/threads/../_pinned/stats",
+        "/threads/%2e%2e/_pinned/stats",
+        "/threads/.%2E/_pinned/stats",
+        "/threads/x/../../_pinned/stats",
+    ] {
+        let r = get(f.node.addr, path, None);
+        assert_eq!(
+            (r.status, r.json()),
+            (404, json!({"error": "unknown namespace"})),
+            "{path}"
+        );
+    }
+    for path in ["/threads/..", "/..", "/threads/%2e%2e"] {
+        let r = get(f.node.addr, path, None);
+        assert_eq!(
+            (r.status, r.json()),
+            (404, json!({"error": "not found"})),
+            "{path}"
+        );
+    }
+    // `/threads/.` is `/threads/`: no id.
+    for path in ["/threads/.", "/threads/./", "/threads/x/.."] {
+        let r = get(f.node.addr, path, None);
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (400, "invalid instance id"),
+            "{path}"
+        );
+    }
+    assert!(served(&worker).is_empty());
+    for id in ["..", "."] {
+        assert!(f.row("/threads", id).is_none());
+    }
+    // Resolved, not refused: the worker gets the clean path, the query as sent.
+    for (path, clean) in [
+        ("/threads/a/x/../y?q=../1", "/threads/a/y?q=../1"),
+        ("/threads/./a/%2e/z", "/threads/a/z"),
+        ("/docs/../threads/b", "/threads/b"),
+    ] {
+        let r = get(f.node.addr, path, None);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        assert_eq!(r.json()["path"], clean);
+    }
+    // Neither a dot segment nor the worker's own routes can be a namespace.
+    let w = TestWorker::start("w2");
+    for (ns, error) in [
+        ("/_pinned", "invalid namespace: /_pinned"),
+        ("/..", "invalid namespace: /.."),
+        ("/.", "invalid namespace: /."),
+    ] {
+        let r = f.register(&w, "w2", json!({"namespaces": [ns]}));
+        assert_eq!((r.status, r.json()), (400, json!({"error": error})), "{ns}");
+    }
+}
+
+/// M2: a named advertise host was resolved by the blocking resolver on the core. Names now
+/// resolve off the core; one that does not resolve fails like an unreachable worker.
+#[test]
+fn m2_named_advertise_hosts_resolve_off_the_core() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let worker = TestWorker::start("named");
+    let by_name = format!("http://localhost:{}", worker.addr.port());
+    let r = f.register(&worker, "w1", json!({"advertiseUrl": by_name}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = get(f.node.addr, "/threads/n1", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // A name that does not resolve: a probe failure like any unreachable worker.
+    let any_host = pinboard::passport::mint(
+        support::node::SECRET,
+        &pinboard::passport::TokenRequest {
+            sub: "acct-a".into(),
+            scopes: vec!["pinboard:worker".into()],
+            namespaces: vec!["*".into()],
+            backend_hosts: vec!["*".into()],
+            ports: vec![],
+            hostnames: vec![],
+            envs: vec![],
+            ttl_secs: 3600,
+            issuer: None,
+            audience: None,
+        },
+    )
+    .unwrap();
+    let nowhere = json!({"advertiseUrl": "http://no-such-host.invalid:8081"});
+    let body = f.register_body(&worker, "w2", nowhere);
+    let r = f.post("register", &any_host, &body);
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"error": "registration probe failed"}))
+    );
+    // The core that tried it serves on.
+    assert_eq!(get(f.node.addr, "/threads/n1", None).status, 200);
+}
+
+/// Worker secrets key every attestation: a guessable one is refused.
+#[test]
+fn short_worker_secrets_are_refused() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("w");
+    for secret in ["", "short", "fifteen-bytes!!"] {
+        let r = f.register(&worker, "w1", json!({"secret": secret}));
+        assert_eq!(r.status, 400, "{secret:?}");
+        if !secret.is_empty() {
+            assert_eq!(
+                r.json(),
+                json!({"error": "secret must be at least 16 bytes"})
+            );
+        }
+    }
+    let r = f.register(&worker, "w1", json!({"secret": "sixteen-bytes!!!"}));
+    assert_eq!(r.status, 400, "the probe needs the worker's own secret");
+    assert_eq!(r.json(), json!({"error": "registration probe failed"}));
+}
