@@ -166,6 +166,14 @@ fn counts_and_echoes_through_the_node() {
     assert_eq!((echo.status, echo.text().as_str()), (200, "hello"));
     assert_eq!(echo.header("content-type"), Some("text/plain"));
 
+    // A client's `_wake` through the node is a forward, not the sweeper's wake: the library
+    // refuses its token (contract §11) before the example sees it.
+    let wake = post_json(node.addr, "/threads/a/_wake", None, "");
+    assert_eq!(
+        (wake.status, wake.json()),
+        (403, json!({ "detail": "invalid attestation" }))
+    );
+
     // Released, the next count is a new placement: a new epoch, the counter from 1.
     let released = post_json(node.addr, "/threads/a/release", None, "");
     assert_eq!(released.json(), json!({ "released": true }));

@@ -303,14 +303,14 @@ impl Conn {
 /// Writes all of `buf`, giving up when one write moves no byte for `idle`: a peer that stops
 /// reading is cut off after `idle`, however slowly a large answer is legitimately taken. The
 /// buffer comes back on success (for reuse); on failure it is gone with the connection.
-pub async fn write_all_within<W: AsyncWriteRent>(
+pub async fn write_all_within<W: AsyncWriteRent, B: IoBuf>(
     io: &mut W,
-    buf: BytesMut,
+    buf: B,
     idle: Duration,
-) -> Option<BytesMut> {
+) -> Option<B> {
     let mut buf = buf;
     let mut written = 0;
-    while written < buf.len() {
+    while written < buf.bytes_init() {
         let (result, slice) = monoio::time::timeout(idle, io.write(buf.slice(written..)))
             .await
             .ok()?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
 use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
@@ -116,16 +116,17 @@ pub async fn exchange(
         }
         let reused = upstream.reused;
         // The buffer goes to the kernel and comes back, so the caller can reuse it.
-        let (sent, head_back) = upstream.stream.write_all(std::mem::take(head)).await;
-        *head = head_back;
-        if sent.is_err() {
+        // A worker that takes no byte for the forward timeout is as good as unreachable.
+        let sent = write_all_within(&mut upstream.stream, std::mem::take(head), exchange.timeout);
+        let Some(head_back) = sent.await else {
             if reused && replayable && attempt == 0 {
                 continue;
             }
             return (Outcome::Failed, None);
-        }
+        };
+        *head = head_back;
         if framing != BodyFraming::None {
-            match send_body(req, &mut upstream, framing).await {
+            match send_body(req, &mut upstream, framing, exchange.timeout).await {
                 Ok(()) => {}
                 Err(SendError::Client) => return (Outcome::ClientGone, None),
                 Err(SendError::Upstream) => return (Outcome::Failed, None),
@@ -163,26 +164,33 @@ async fn send_body(
     req: &mut Request<'_>,
     upstream: &mut Upstream,
     framing: BodyFraming,
+    stuck: Duration,
 ) -> Result<(), SendError> {
+    let stream = &mut upstream.stream;
+    let chunked = framing == BodyFraming::Chunked;
     loop {
         let chunk = req.chunk().await.map_err(|_| SendError::Client)?;
         let Some(chunk) = chunk else {
-            if framing == BodyFraming::Chunked {
-                let (r, _) = upstream.stream.write_all(&b"0\r\n\r\n"[..]).await;
-                r.map_err(|_| SendError::Upstream)?;
+            if chunked {
+                write_all_within(stream, &b"0\r\n\r\n"[..], stuck)
+                    .await
+                    .ok_or(SendError::Upstream)?;
             }
             return Ok(());
         };
-        if framing == BodyFraming::Chunked {
-            let size = format!("{:x}\r\n", chunk.len());
-            let (r, _) = upstream.stream.write_all(size.into_bytes()).await;
-            r.map_err(|_| SendError::Upstream)?;
+        if chunked {
+            let size = format!("{:x}\r\n", chunk.len()).into_bytes();
+            write_all_within(stream, size, stuck)
+                .await
+                .ok_or(SendError::Upstream)?;
         }
-        let (r, _) = upstream.stream.write_all(chunk).await;
-        r.map_err(|_| SendError::Upstream)?;
-        if framing == BodyFraming::Chunked {
-            let (r, _) = upstream.stream.write_all(&b"\r\n"[..]).await;
-            r.map_err(|_| SendError::Upstream)?;
+        write_all_within(stream, chunk, stuck)
+            .await
+            .ok_or(SendError::Upstream)?;
+        if chunked {
+            write_all_within(stream, &b"\r\n"[..], stuck)
+                .await
+                .ok_or(SendError::Upstream)?;
         }
     }
 }
