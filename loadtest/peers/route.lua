@@ -4,8 +4,8 @@
 -- lua-resty-redis), then proxy_pass to the owner through a balancer_by_lua upstream with
 -- keep-alive connections. The forward carries Pinboard-Epoch from the placement row and a
 -- Pinboard-Attestation signed with the owner's secret (HMAC-SHA256 through OpenSSL via FFI,
--- one token per session and second, as every token within a second is the same bytes), so
--- the worker sees exactly what Pinboard would send it.
+-- one per request: it is bound to the instance and epoch), so the worker sees exactly what
+-- Pinboard would send it.
 local ffi = require "ffi"
 local balancer = require "ngx.balancer"
 
@@ -58,20 +58,15 @@ end
 
 -- base64url({"alg":"HS256","typ":"pinboard+jwt"}) and the dot after it.
 local HEADER = "eyJhbGciOiJIUzI1NiIsInR5cCI6InBpbmJvYXJkK2p3dCJ9."
-local tokens = {}   -- sessionId -> {iat, token}
-
-local function attestation(session, secret)
+-- Signed per request, as Pinboard does: the token is bound to the instance and the epoch
+-- (contract §11), so no two requests for different ids could share one.
+local function attestation(session, secret, inst, epoch)
   local now = ngx.time()
-  local cached = tokens[session]
-  if cached and cached[1] == now and cached[3] == secret then
-    return cached[2]
-  end
-  local signing = HEADER .. b64url(
-    string.format('{"aud":"%s","iat":%d,"exp":%d}', session, now, now + 30))
+  local signing = HEADER .. b64url(string.format(
+    '{"aud":"%s","iat":%d,"exp":%d,"purpose":"forward","inst":"%s","epoch":"%s"}',
+    session, now, now + 30, inst, epoch))
   crypto.HMAC(crypto.EVP_sha256(), secret, #secret, signing, #signing, digest, maclen)
-  local token = signing .. "." .. b64url(ffi.string(digest, maclen[0]))
-  tokens[session] = { now, token, secret }
-  return token
+  return signing .. "." .. b64url(ffi.string(digest, maclen[0]))
 end
 
 local function bulk(s)
@@ -188,7 +183,7 @@ function _M.resolve()
   local session, epoch, url, secret = reply[2], reply[3], reply[4], reply[5]
   ngx.ctx.peer = peer_of(url)
   ngx.var.pb_epoch = epoch
-  ngx.var.pb_attestation = attestation(session, secret)
+  ngx.var.pb_attestation = attestation(session, secret, ns .. "/" .. id, epoch)
 end
 
 -- balancer phase: the owner resolved above; its keep-alive connections are nginx's.

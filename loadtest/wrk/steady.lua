@@ -6,8 +6,9 @@
 -- Environment (all optional):
 --   NS=/threads  PREFIX=s-  IDS=10000  SUFFIX=/count  SEQ=0
 --   TOKEN        sent as `Authorization: Bearer TOKEN` (a data-plane passport)
---   EPOCH, ATTESTATION  sent as Pinboard-Epoch / Pinboard-Attestation: only to talk to a
---                worker directly, as Pinboard would
+--   EPOCH        sent as Pinboard-Epoch, with ATTESTATIONS (a file, line i the
+--                Pinboard-Attestation of id i-1, bound to it and EPOCH as contract §11 says):
+--                only to talk to a worker directly (or through a plain proxy), as Pinboard would
 -- The URL's path is the deployment's base path (http://host:8080/edge → /edge/threads/...).
 -- At the end it prints one line `BENCH requests=… rps=… p50_us=… p99_us=… p999_us=… …`.
 
@@ -35,23 +36,36 @@ local function headers()
   if token and token ~= "" then
     h["Authorization"] = "Bearer " .. token
   end
-  local epoch, attestation = os.getenv("EPOCH"), os.getenv("ATTESTATION")
+  local epoch = os.getenv("EPOCH")
   if epoch and epoch ~= "" then
     h["Pinboard-Epoch"] = epoch
   end
-  if attestation and attestation ~= "" then
-    h["Pinboard-Attestation"] = attestation
-  end
   return h
+end
+
+-- Line i of the ATTESTATIONS file: the token for id i-1.
+local function attestations()
+  local file = os.getenv("ATTESTATIONS")
+  if not file or file == "" then
+    return nil
+  end
+  local tokens = {}
+  for line in io.lines(file) do
+    tokens[#tokens + 1] = line
+  end
+  return tokens
 end
 
 local reqs, n, next_i
 function init(args)
   tid = tid or 0
   math.randomseed(os.time() * 1000 + tid * 7919)
-  local h, b = headers(), base()
+  local h, b, tokens = headers(), base(), attestations()
   reqs, n = {}, count
   for i = 1, n do
+    if tokens then
+      h["Pinboard-Attestation"] = tokens[i]
+    end
     reqs[i] = wrk.format("GET", b .. ns .. "/" .. prefix .. (i - 1) .. suffix, h)
   end
   -- In order, each thread from its own offset: every id is asked for within n requests.
