@@ -97,13 +97,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig { config } => match load(config.as_deref()) {
-            Ok(shared) => {
-                print!("{}", shared.config.render_masked());
-                ExitCode::SUCCESS
+        Command::CheckConfig { config } => {
+            init_logging();
+            match load(config.as_deref()) {
+                Ok(shared) => {
+                    print!("{}", shared.config.render_masked());
+                    ExitCode::SUCCESS
+                }
+                Err(message) => config_error(&message),
             }
-            Err(message) => config_error(&message),
-        },
+        }
         Command::Token(args) => {
             let TokenArgs {
                 secret,
@@ -157,8 +160,12 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
         None => None,
     };
     // A variable that is not UTF-8 cannot be a setting; skipping it beats the panic of vars().
-    let env = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    if let Some(warning) = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str())) {
+        tracing::warn!("{warning}");
+    }
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
     let pems = config
         .passport

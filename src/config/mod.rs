@@ -20,6 +20,8 @@ use toml::{Table, Value};
 
 use crate::redis::RedisTarget;
 
+pub use env::ignored as ignored_env;
+
 /// Everything a node needs to start. Build it with [`Config::load`]; every field has already been
 /// validated there.
 #[derive(Clone, Debug, PartialEq)]
@@ -878,14 +880,6 @@ write_timeout_ms = 3000
                 &[],
                 "namespaces.\"/a\".scope",
             ),
-            ("", &[("PINBOARD_SHARD", "4")], "PINBOARD_SHARD"),
-            (
-                "",
-                &[("PINBOARD_FORWARDS_TIMEOUT_MS", "4")],
-                "PINBOARD_FORWARDS_TIMEOUT_MS",
-            ),
-            ("", &[("PINBOARD_FORWARDS", "4")], "PINBOARD_FORWARDS"),
-            ("", &[("PINBOARD_NAMESPACES", "x")], "PINBOARD_NAMESPACES"),
         ];
         for (file, vars, key) in cases {
             let mut vars = vars.to_vec();
@@ -893,8 +887,27 @@ write_timeout_ms = 3000
             let e = from_file(file, &vars).unwrap_err();
             assert_eq!(e.key, *key, "{file} {vars:?}: {e}");
         }
-        let e = Config::load(None, env(&[SECRET, ("PINBOARD_NAMESPACES__X", "y")])).unwrap_err();
-        assert!(e.message.contains("config file only"), "{e}");
+    }
+
+    /// In the file an unknown key is a mistake; in the environment it may be anyone's
+    /// (contract §10): ignored, and named by `ignored_env`.
+    #[test]
+    fn unknown_variables_are_ignored() {
+        let vars = [
+            SECRET,
+            ("PINBOARD_SHARD", "4"),
+            ("PINBOARD_FORWARDS_TIMEOUT_MS", "4"),
+            ("PINBOARD_FORWARDS", "4"),
+            ("PINBOARD_NAMESPACES__X", "y"),
+        ];
+        let config = Config::load(None, env(&vars)).unwrap();
+        assert_eq!((config.shards, config.forwards.timeout_ms), (16, 30_000));
+        let warning = ignored_env(vars.iter().map(|(k, _)| *k)).unwrap();
+        for (name, _) in &vars[1..] {
+            assert!(warning.contains(name), "{warning}");
+        }
+        assert!(warning.contains("PINBOARD_SHARD (did you mean PINBOARD_SHARDS?)"));
+        assert!(warning.contains("config file only"), "{warning}");
     }
 
     #[test]
