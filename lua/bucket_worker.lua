@@ -56,13 +56,6 @@ if ARGV[6] ~= '' then
   drop(ARGV[6])
 end
 
--- A registration starts the bucket's cold-start window if nothing has yet (resolve.lua does
--- the same on first use): the window then runs while workers re-register, not from the first
--- client request after it.
-if op == 'put' then
-  redis.call('SET', K .. 'boot_time', now, 'NX')
-end
-
 local record = cjson.decode(ARGV[3])
 redis.call('HSET', K .. 'workers', sid, ARGV[3])
 for _, ns in ipairs(record.namespaces) do

@@ -18,7 +18,7 @@ use crate::metrics::CoreCounters;
 use crate::operator;
 use crate::passport::Passport;
 use crate::placement;
-use crate::proxy::{self, Proxy};
+use crate::proxy::{self, InflightCounters, Proxy};
 use crate::redis::{Keys, Redis, RedisOptions};
 use crate::registry;
 
@@ -33,6 +33,8 @@ pub struct Shared {
     /// claim of the fleet license succeeds.
     pub serving: AtomicBool,
     pub started: Instant,
+    /// Forwards in flight per worker, counted across the cores.
+    pub inflight: Arc<InflightCounters>,
 }
 
 impl Shared {
@@ -46,6 +48,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             serving: AtomicBool::new(false),
             started: Instant::now(),
+            inflight: Arc::default(),
         }
     }
 
@@ -89,7 +92,7 @@ impl Core {
         let config = &shared.config;
         let redis = Redis::connect(&config.redis_url, RedisOptions::default());
         let keys = Keys::new(config.prefix.clone(), config.shards);
-        let proxy = Proxy::new(config.forwards.max_inflight, config.cores());
+        let proxy = Proxy::new(config.forwards.max_inflight, shared.inflight.clone());
         Core {
             resolve_constants: placement::Constants::new(config),
             shared,

@@ -324,6 +324,132 @@ fn concurrent_clients_agree_on_one_owner_and_move_together() {
     keepalive(&f);
 }
 
+/// Spec, placement step 3: `boot_time` is SET NX by the resolve, per bucket.
+#[test]
+fn cold_start_window_starts_at_the_first_resolve_in_a_bucket() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    f.registered(&worker, "w1");
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let quarantine_ms = || {
+        get(f.node.addr, "/registry/health", Some(&operator)).json()["quarantineMs"]
+            .as_u64()
+            .unwrap()
+    };
+    let boot_time = |b: u32| f.cli(&["GET", &format!("pinboard:{{{b}}}:boot_time")]);
+    assert_eq!(quarantine_ms(), 0, "registered, no request yet");
+    assert!((0..4).all(|b| boot_time(b).is_empty()));
+
+    let id = "a";
+    let bucket = pinboard::redis::bucket_of(id, 4);
+    let r = get(f.node.addr, &format!("/threads/{id}"), None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(quarantine_ms() > 0);
+    for b in 0..4 {
+        assert_eq!(
+            !boot_time(b).is_empty(),
+            b == bucket,
+            "only bucket {bucket} started"
+        );
+    }
+    // An id of another bucket, warm already, is not held by that window.
+    let other = (0..)
+        .map(|n| format!("o{n}"))
+        .find(|id| pinboard::redis::bucket_of(id, 4) != bucket)
+        .unwrap();
+    let other_bucket = pinboard::redis::bucket_of(&other, 4);
+    f.cli(&[
+        "SET",
+        &format!("pinboard:{{{other_bucket}}}:boot_time"),
+        "0",
+    ]);
+    assert_eq!(
+        get(f.node.addr, &format!("/threads/{other}"), None).status,
+        200
+    );
+    assert_eq!(get(f.node.addr, "/threads/a", None).status, 503);
+}
+
+/// `forwards.max_inflight` bounds the forwards one node has in flight to one worker, whichever
+/// core each client's connection landed on.
+#[test]
+fn inflight_cap_is_per_worker_node_wide() {
+    let (f, worker, _) = warm_fleet(&[
+        ("PINBOARD_THREADS", "2"),
+        ("PINBOARD_FORWARDS__MAX_INFLIGHT", "3"),
+        ("PINBOARD_FORWARDS__TIMEOUT_MS", "5000"),
+    ]);
+    worker.set_serve(Serve::Hang);
+    let mut hanging: Vec<Client> = (0..3)
+        .map(|i| {
+            let mut c = Client::connect(f.node.addr);
+            c.send(format!("GET /threads/h{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            c
+        })
+        .collect();
+    assert!(
+        support::node::eventually(Duration::from_secs(5), || worker.requests().len() == 3),
+        "all three forwards are in flight: {}",
+        worker.requests().len()
+    );
+    // However the connections spread over the two cores, the fourth and later are refused.
+    for i in 0..8 {
+        let r = get(f.node.addr, &format!("/threads/x{i}"), None);
+        assert_eq!(
+            (r.status, r.text().as_str(), r.header("retry-after")),
+            (
+                503,
+                r#"{"error":"worker inflight cap exceeded, retry"}"#,
+                Some("1")
+            ),
+        );
+    }
+    assert_eq!(worker.requests().len(), 3);
+    for c in &mut hanging {
+        assert_eq!(c.read(false).status, 504);
+    }
+    worker.set_serve(Serve::Echo);
+    assert_eq!(get(f.node.addr, "/threads/x0", None).status, 200);
+}
+
+/// Spec: "Each new placement decrements the stored value until the next heartbeat" — in the
+/// listing, whatever buckets the placements fell in.
+#[test]
+fn listed_headroom_counts_placements_since_the_heartbeat() {
+    let (f, worker, session) = warm_fleet(&[]);
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let listed = || {
+        get(f.node.addr, "/registry/workers", Some(&operator)).json()["workers"][0]["headroom"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(
+        f.heartbeat(&worker, &session, json!({"headroom": 50}))
+            .status,
+        200
+    );
+    assert_eq!(listed(), 50.0);
+    // Two ids in two different buckets, and one of them again (no new placement).
+    let first = "p0";
+    let second = (1..)
+        .map(|n| format!("p{n}"))
+        .find(|id| pinboard::redis::bucket_of(id, 4) != pinboard::redis::bucket_of(first, 4))
+        .unwrap();
+    for id in [first, second.as_str(), first] {
+        assert_eq!(
+            get(f.node.addr, &format!("/threads/{id}"), None).status,
+            200
+        );
+    }
+    assert_eq!(listed(), 48.0);
+    assert_eq!(
+        f.heartbeat(&worker, &session, json!({"headroom": 50}))
+            .status,
+        200
+    );
+    assert_eq!(listed(), 50.0, "a heartbeat replaces it");
+}
+
 #[test]
 fn registry_health_counts_this_nodes_outcomes() {
     let f = Fixture::new(&[]);
@@ -335,13 +461,13 @@ fn registry_health_counts_this_nodes_outcomes() {
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()
     };
-    let cold = health();
-    let q = cold["quarantineMs"].as_u64().unwrap();
+    assert_eq!(health()["quarantineMs"], 0, "no resolve yet, no window");
+    assert_eq!(get(f.node.addr, "/threads/a", None).status, 503);
+    let q = health()["quarantineMs"].as_u64().unwrap();
     assert!(
         (14_000..=15_000).contains(&q),
-        "a registration started the cold start: {q}"
+        "the first resolve started its bucket's cold start: {q}"
     );
-    assert_eq!(get(f.node.addr, "/threads/a", None).status, 503);
     f.warm();
     assert_eq!(get(f.node.addr, "/threads/a", None).status, 200);
     assert_eq!(get(f.node.addr, "/nowhere/a", None).status, 404);

@@ -1403,3 +1403,80 @@ fn operator_overview_with_filters() {
     assert_eq!(docs["namespaces"].as_array().unwrap().len(), 1);
     assert_eq!(docs["namespaces"][0]["namespace"], "/docs");
 }
+
+/// Spec: "'' quotes an epoch-less row".
+#[test]
+fn release_accepts_an_empty_epoch_for_an_epoch_less_row() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    f.put_row(
+        "/threads",
+        "t1",
+        json!({"sessionId": session, "epoch": "5"}),
+    );
+    f.put_row("/threads", "t2", json!({"sessionId": session}));
+    let release = |id: &str| {
+        let row = json!([{"sessionId": session, "namespace": "/threads", "id": id, "epoch": ""}]);
+        f.post("release", &f.token, &row)
+    };
+    let r = release("t1");
+    assert_eq!((r.status, r.json()), (200, json!({"released": 0})));
+    assert!(
+        f.row("/threads", "t1").is_some(),
+        "a row with an epoch stays"
+    );
+    let r = release("t2");
+    assert_eq!((r.status, r.json()), (200, json!({"released": 1})));
+    assert!(f.row("/threads", "t2").is_none());
+    // Anything else but digits is still refused.
+    let bad = json!([{"sessionId": session, "namespace": "/threads", "id": "t1", "epoch": "5a"}]);
+    assert_eq!(f.post("release", &f.token, &bad).status, 400);
+}
+
+/// `envs` names every registered namespace's env, `takeover` is the effective one.
+#[test]
+fn hostname_aware_listing_shows_each_namespaces_env_and_effective_takeover() {
+    let f = Fixture::new(&[("PINBOARD_HOSTNAME_AWARE", "true")]);
+    let (a, b) = (TestWorker::start("a"), TestWorker::start("b"));
+    let r = f.register(
+        &a,
+        "a",
+        json!({"hostname": "Chat.Example", "namespaces": ["/chat"]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = f.register(
+        &b,
+        "b",
+        json!({"hostname": "docs.example", "env": "prod", "envs": {"/docs": "blue"},
+               "namespaces": ["/docs", "/threads"], "takeover": "deny"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    for route in ["/registry/workers", "/registry/overview"] {
+        let listed = support::http::get(f.node.addr, route, Some(&ops)).json();
+        let workers = listed["workers"].as_array().unwrap();
+        let by_host = |h: &str| workers.iter().find(|w| w["hostname"] == h).unwrap();
+        let wa = by_host("chat.example");
+        assert_eq!(wa["envs"], json!({"/chat": "chat.example"}), "{route}");
+        assert_eq!(wa["takeover"], "wind_down", "{route}");
+        let wb = by_host("docs.example");
+        assert_eq!(
+            wb["envs"],
+            json!({"/docs": "blue", "/threads": "prod"}),
+            "{route}"
+        );
+        assert_eq!(wb["takeover"], "deny", "{route}");
+    }
+}
+
+#[test]
+fn single_mode_listing_shows_the_default_takeover() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    f.registered(&worker, "c");
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let listed = support::http::get(f.node.addr, "/registry/workers", Some(&ops)).json();
+    assert_eq!(listed["workers"][0]["takeover"], "wind_down");
+    assert_eq!(listed["workers"][0]["envs"], json!({}));
+}

@@ -18,7 +18,7 @@ use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
 use crate::placement;
 use crate::proxy::{Claims, Purpose, Signer};
-use crate::registry::{Session, now_ms};
+use crate::registry::{Session, Takeover, now_ms};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
@@ -80,16 +80,67 @@ fn claim(credential: &Credential) -> Option<&RouteClaim> {
     credential.route_claim().ok()
 }
 
-/// A worker as the read views list it: the record without secret and account.
+/// The headroom each session has now: its last heartbeat's value minus the placements made
+/// since. Each new placement takes one unit from the session's copy in the placement's
+/// bucket, and every heartbeat resets all copies, so the placements since the heartbeat are
+/// the sum over buckets of what each copy lost. (A resolve sees only its own bucket's copy:
+/// the choice between workers in one bucket is exact, across buckets it lags by at most what
+/// the other buckets placed since the heartbeat.)
+async fn current_headroom(core: &Core, sessions: &mut [Session]) -> Result<(), Error> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<String> = (0..core.keys.shards())
+        .map(|b| format!("{}workers", core.keys.bucket(b)))
+        .collect();
+    let reads = keys.iter().map(|key| {
+        let mut args: Vec<&[u8]> = vec![b"HMGET", key.as_bytes()];
+        args.extend(sessions.iter().map(|s| s.session_id.as_bytes()));
+        async move { core.redis.cmd(&args).await }
+    });
+    let mut taken = vec![0.0; sessions.len()];
+    for copies in join_all(reads).await {
+        let copies = copies?;
+        for ((session, taken), copy) in sessions
+            .iter()
+            .zip(&mut taken)
+            .zip(copies.as_array().unwrap_or_default())
+        {
+            let headroom = copy
+                .as_bytes()
+                .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
+                .and_then(|copy| copy["headroom"].as_f64());
+            if let Some(headroom) = headroom {
+                *taken += (session.headroom - headroom).max(0.0);
+            }
+        }
+    }
+    for (session, taken) in sessions.iter_mut().zip(taken) {
+        session.headroom -= taken;
+    }
+    Ok(())
+}
+
+/// A worker as the read views list it: the record without secret and account; in
+/// hostname-aware mode `envs` names every namespace's env (`envs[ns]`, else `env`, which
+/// defaults to the hostname), and `takeover` is the effective one (`wind_down` unless given).
 fn worker_entry(s: &Session) -> Value {
+    let envs: BTreeMap<&str, &str> = match s.hostname {
+        Some(_) => s
+            .namespaces
+            .iter()
+            .map(|ns| (ns.as_str(), s.env_of(ns)))
+            .collect(),
+        None => BTreeMap::new(),
+    };
     let mut entry = json!({
         "sessionId": s.session_id,
         "clientId": s.client_id,
         "advertiseUrl": s.advertise_url,
         "namespaces": s.namespaces,
         "hostname": s.hostname,
-        "envs": s.envs,
-        "takeover": s.takeover.map(|t| t.as_str()),
+        "envs": envs,
+        "takeover": s.takeover.unwrap_or(Takeover::WindDown).as_str(),
         "headroom": s.headroom,
         "draining": s.draining,
         "expiry": s.expiry,
@@ -104,11 +155,9 @@ pub async fn workers(core: &Core, credential: &Credential) -> Result<Response, E
     let Some(claim) = claim(credential) else {
         return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
     };
-    let workers: Vec<Value> = visible_sessions(core, claim)
-        .await?
-        .iter()
-        .map(worker_entry)
-        .collect();
+    let mut shown = visible_sessions(core, claim).await?;
+    current_headroom(core, &mut shown).await?;
+    let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
     Ok(Response::json_value(
         StatusCode::OK,
         &json!({ "workers": workers }),
@@ -192,7 +241,8 @@ pub async fn overview(
         return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
     };
     let live = live_sessions(core).await?;
-    let shown = visible(&live, claim);
+    let mut shown = visible(&live, claim);
+    current_headroom(core, &mut shown).await?;
     let live_ids: std::collections::BTreeSet<&str> =
         live.iter().map(|s| s.session_id.as_str()).collect();
 

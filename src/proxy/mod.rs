@@ -11,6 +11,8 @@ mod pool;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ahash::AHashMap;
@@ -30,21 +32,48 @@ use crate::registry::{SINGLE_ENV, valid_id};
 /// when no other candidate remains).
 const EJECTION: Duration = Duration::from_secs(10);
 
-/// A worker as this core reaches it: its parsed address and its secret's keyed HMAC state.
+/// A worker as this core reaches it: its parsed address, its secret's keyed HMAC state, and
+/// the node-wide count of forwards in flight to it.
 struct Worker {
     url: String,
     secret: String,
     addr: WorkerAddr,
     signer: Signer,
+    inflight: Arc<AtomicU32>,
+}
+
+/// Forwards in flight per worker session across all of the node's cores: `forwards.max_inflight`
+/// bounds what one node sends one worker, whichever core a client lands on. Each core looks its
+/// counter up here once per session (the lock is off the request path); a forward then costs one
+/// atomic increment and one decrement.
+#[derive(Default)]
+pub struct InflightCounters {
+    by_session: Mutex<AHashMap<String, Weak<AtomicU32>>>,
+}
+
+impl InflightCounters {
+    fn of(&self, session: &str) -> Arc<AtomicU32> {
+        let mut counters = self.by_session.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(counter) = counters.get(session).and_then(Weak::upgrade) {
+            return counter;
+        }
+        // Counters no core holds any more are dropped now and then, not per lookup.
+        if counters.len() >= 1024 && counters.len().is_power_of_two() {
+            counters.retain(|_, c| c.strong_count() > 0);
+        }
+        let counter = Arc::new(AtomicU32::new(0));
+        counters.insert(session.to_owned(), Arc::downgrade(&counter));
+        counter
+    }
 }
 
 /// This core's upstream state. Only this core touches it.
 pub struct Proxy {
     pool: pool::Pool,
     workers: RefCell<AHashMap<String, Rc<Worker>>>,
-    inflight: RefCell<AHashMap<String, u32>>,
+    counters: Arc<InflightCounters>,
     ejected: RefCell<AHashMap<String, Instant>>,
-    /// In-flight forwards per worker on this core: `forwards.max_inflight` split across cores.
+    /// In-flight forwards per worker, node-wide (`forwards.max_inflight`).
     cap: u32,
     /// Buffers of finished forwards, reused by the next ones instead of allocated again.
     spare: RefCell<Vec<Buffers>>,
@@ -59,13 +88,13 @@ struct Buffers {
 }
 
 impl Proxy {
-    pub fn new(max_inflight: u32, threads: usize) -> Proxy {
+    pub fn new(max_inflight: u32, counters: Arc<InflightCounters>) -> Proxy {
         Proxy {
             pool: pool::Pool::default(),
             workers: RefCell::default(),
-            inflight: RefCell::default(),
+            counters,
             ejected: RefCell::default(),
-            cap: max_inflight.div_ceil(threads.max(1) as u32).max(1),
+            cap: max_inflight,
             spare: RefCell::default(),
         }
     }
@@ -84,6 +113,7 @@ impl Proxy {
             secret: placement.secret.clone(),
             addr: WorkerAddr::parse(&placement.advertise_url).ok()?,
             signer: Signer::new(placement.secret.as_bytes()),
+            inflight: self.counters.of(&placement.session_id),
         });
         let mut workers = self.workers.borrow_mut();
         if workers.len() > 10_000 {
@@ -113,35 +143,21 @@ impl Proxy {
 }
 
 /// Counts a forward in flight to one worker; refused past the cap.
-struct Inflight<'a> {
-    proxy: &'a Proxy,
-    session: String,
-}
+struct Inflight<'a>(&'a AtomicU32);
 
 impl<'a> Inflight<'a> {
-    fn enter(proxy: &'a Proxy, session: &str) -> Option<Inflight<'a>> {
-        let mut inflight = proxy.inflight.borrow_mut();
-        let count = inflight.entry(session.to_owned()).or_default();
-        if *count >= proxy.cap {
+    fn enter(worker: &'a Worker, cap: u32) -> Option<Inflight<'a>> {
+        if worker.inflight.fetch_add(1, Ordering::AcqRel) >= cap {
+            worker.inflight.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        *count += 1;
-        Some(Inflight {
-            proxy,
-            session: session.to_owned(),
-        })
+        Some(Inflight(&worker.inflight))
     }
 }
 
 impl Drop for Inflight<'_> {
     fn drop(&mut self) {
-        let mut inflight = self.proxy.inflight.borrow_mut();
-        if let Some(count) = inflight.get_mut(&self.session) {
-            *count -= 1;
-            if *count == 0 {
-                inflight.remove(&self.session);
-            }
-        }
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -274,7 +290,7 @@ pub async fn handle(
         let Some(worker) = core.proxy.worker(&placement) else {
             return Ok(bad_gateway());
         };
-        let Some(_inflight) = Inflight::enter(&core.proxy, &placement.session_id) else {
+        let Some(_inflight) = Inflight::enter(&worker, core.proxy.cap) else {
             return Ok(unavailable(
                 "worker inflight cap exceeded, retry",
                 Duration::ZERO,

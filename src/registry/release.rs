@@ -18,7 +18,7 @@ use crate::passport::Credential;
 use crate::redis::{RELEASE, TAG, bucket_of};
 
 const BODY_LIMIT: usize = 1024 * 1024;
-const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits}] (non-empty)";
+const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
 const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
 
 #[derive(Deserialize)]
@@ -38,10 +38,13 @@ struct TagBody {
     tag: String,
 }
 
-fn digits(epoch: &Option<String>) -> bool {
-    epoch
-        .as_deref()
-        .is_none_or(|e| !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit()))
+fn digits(epoch: &str) -> bool {
+    !epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// What a release may quote: digits, or `''` (or nothing) for an epoch-less row.
+fn release_epoch(epoch: &Option<String>) -> bool {
+    epoch.as_deref().is_none_or(|e| e.is_empty() || digits(e))
 }
 
 pub async fn release(
@@ -53,7 +56,7 @@ pub async fn release(
         Ok(rows) => rows,
         Err(refusal) => return Ok(refusal),
     };
-    if rows.is_empty() || !rows.iter().all(|r| digits(&r.epoch)) {
+    if rows.is_empty() || !rows.iter().all(|r| release_epoch(&r.epoch)) {
         return Ok(bad_request(&format!("expected {RELEASE_SHAPE}")));
     }
     // Every row is checked before any is released: a refused request changes nothing.
@@ -103,7 +106,7 @@ pub async fn tag(
         Err(refusal) => return Ok(refusal),
     };
     let tag_len = body.tag.chars().count();
-    if body.row.epoch.is_none() || !digits(&body.row.epoch) || !(1..=256).contains(&tag_len) {
+    if !body.row.epoch.as_deref().is_some_and(digits) || !(1..=256).contains(&tag_len) {
         return Ok(bad_request(&format!("expected {TAG_SHAPE}")));
     }
     let row = &body.row;
