@@ -46,7 +46,9 @@ local expiry = now + lease
 local drain = redis.call('GET', K .. 'drain:' .. s.clientId)
 if drain then
   drain = cjson.decode(drain)
-  if drain.deadline then
+  -- A timed drain ends the lease at its deadline; past it the drain only cordons (a session
+  -- registered after the deadline lives a normal lease and takes no placements).
+  if drain.deadline and drain.deadline > now then
     expiry = math.min(expiry, drain.deadline)
   end
 else

@@ -143,13 +143,17 @@ if owner and owner.sessionId ~= sid then
 end
 redis.call('HSET', K .. 'clients', client, cjson.encode({account = account, sessionId = sid}))
 
--- An operator drain of this client: draining, and a timed one bounds the lease.
+-- An operator drain of this client: draining, and a timed one bounds the lease. Past its
+-- deadline the client's placements have moved on: a new session lives a normal lease (no
+-- register/409 loop), takes no placements (draining) and reclaims nothing.
 local expiry = now + lease
 local drain = redis.call('GET', K .. 'drain:' .. client)
 if drain then
   drain = cjson.decode(drain)
-  if drain.deadline then
+  if drain.deadline and drain.deadline > now then
     expiry = math.min(expiry, drain.deadline)
+  elseif drain.deadline then
+    reclaim = false
   end
 else
   drain = false

@@ -32,11 +32,13 @@ local placements = K .. env .. ':' .. ns .. ':placements'
 local workers = K .. 'workers'
 
 -- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
+-- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.
 local raw = redis.call('HGET', placements, id)
 local old
 if raw then
   old = cjson.decode(raw)
-  local owner = redis.call('HGET', workers, old.sessionId)
+  local owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
+  local owner = owned and redis.call('HGET', workers, old.sessionId)
   if owner then
     owner = cjson.decode(owner)
     local fenced = old.expiry and old.expiry <= now
@@ -146,7 +148,9 @@ local last = tonumber(redis.call('GET', K .. 'epoch') or '0')
 local previous = (old and old.epoch) and tonumber(old.epoch) or 0
 local epoch = math.max(now, previous + 1, last + 1)
 redis.call('SET', K .. 'epoch', string.format('%d', epoch))
-if old then
+-- A placeholder never had an owner to fence off: nothing to list.
+local displaced = old and type(old.sessionId) == 'string' and old.sessionId ~= ''
+if displaced then
   redis.call('HSET', K .. env .. ':' .. ns .. ':overwritten', id, old.epoch or '')
 end
 local rec = cjson.decode(redis.call('HGET', workers, chosen.sid))
@@ -164,4 +168,4 @@ if old and old.expiry and old.expiry > now then
 end
 redis.call('HSET', placements, id, cjson.encode(row))
 return {'forward', chosen.sid, row.epoch, chosen.advertiseUrl, chosen.secret, '1',
-  old and '1' or '0', fence}
+  displaced and '1' or '0', fence}

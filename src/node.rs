@@ -6,13 +6,14 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
+use tracing::debug;
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, Origin};
 use crate::http::{Handler, Limits, Request, Response, remove_dot_segments};
 use crate::metrics::CoreCounters;
 use crate::operator;
@@ -35,6 +36,9 @@ pub struct Shared {
     pub started: Instant,
     /// Forwards in flight per worker, counted across the cores.
     pub inflight: Arc<InflightCounters>,
+    /// The cold-start window `/registry/health` last read from Redis, reported while Redis
+    /// cannot be asked.
+    pub last_quarantine_ms: AtomicU64,
 }
 
 impl Shared {
@@ -49,6 +53,7 @@ impl Shared {
             serving: AtomicBool::new(false),
             started: Instant::now(),
             inflight: Arc::default(),
+            last_quarantine_ms: AtomicU64::new(0),
         }
     }
 
@@ -110,6 +115,25 @@ impl Core {
 
 impl Handler for Core {
     async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+        match self.dispatch(req).await {
+            // Contract §8: a Redis call that failed for a transient reason (disconnected, timed
+            // out, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN) is the client's to retry.
+            Err(e) if e.origin() == Origin::Redis && e.is_retryable() => {
+                debug!(path = req.path(), error = %e, "registry unavailable");
+                self.counters().count("unavailable");
+                Ok(placement::unavailable(
+                    "registry unavailable, retry",
+                    Duration::ZERO,
+                ))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Core {
+    /// Which module answers a path.
+    async fn dispatch(&self, req: &mut Request<'_>) -> Result<Response, Error> {
         let readable = matches!(*req.method(), Method::GET | Method::HEAD);
         match req.path() {
             "/healthz" if readable => return Ok(operator::healthz()),

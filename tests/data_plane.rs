@@ -450,6 +450,75 @@ fn listed_headroom_counts_placements_since_the_heartbeat() {
     assert_eq!(listed(), 50.0, "a heartbeat replaces it");
 }
 
+/// Contract §7: ownerless placeholder rows (no `sessionId`, or an empty one) are free.
+#[test]
+fn placeholder_rows_are_placed_not_refused() {
+    let (f, _worker, session) = warm_fleet(&[]);
+    f.put_row("/threads", "p1", json!({"hostname": "h"}));
+    f.put_row("/threads", "p2", json!({"sessionId": "", "hostname": "h"}));
+    f.put_row("/threads", "p3", json!({"sessionId": "", "expiry": 1}));
+    for id in ["p1", "p2", "p3"] {
+        let r = get(f.node.addr, &format!("/threads/{id}"), None);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+        let row = f.row("/threads", id).unwrap();
+        assert_eq!(row["sessionId"], session, "{id}: {row}");
+        assert!(row["epoch"].as_str().is_some_and(|e| !e.is_empty()));
+    }
+    let bucket = pinboard::redis::bucket_of("p1", 4);
+    let overwritten = f.cli(&[
+        "HLEN",
+        &format!("pinboard:{{{bucket}}}:default:/threads:overwritten"),
+    ]);
+    assert_eq!(overwritten, "0", "a placeholder had no owner to fence off");
+}
+
+/// Spec: `/registry/health` "answers while booting or draining"; contract §8: with Redis
+/// away, from what the node knows, while every other route answers 503 + Retry-After.
+#[test]
+fn registry_health_answers_while_redis_is_down() {
+    let mut f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "w1");
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let health = || get(f.node.addr, "/registry/health", Some(&operator));
+    assert_eq!(
+        get(f.node.addr, "/threads/a", None).status,
+        503,
+        "cold start"
+    );
+    let seen = health().json()["quarantineMs"].as_u64().unwrap();
+    assert!(seen > 0);
+
+    f.redis.stop();
+    let h = health();
+    assert_eq!(h.status, 200, "{}", h.text());
+    let q = h.json()["quarantineMs"].as_u64().unwrap();
+    assert!(q <= seen && q > 0, "the last window seen: {q} vs {seen}");
+    let spec_refusals = [
+        r#"{"error":"registry unavailable, retry"}"#,
+        r#"{"error":"not the serving fleet"}"#,
+    ];
+    for _ in 0..4 {
+        let r = get(f.node.addr, "/threads/a", None);
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(spec_refusals.contains(&r.text().as_str()), "{}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"));
+        let r = f.heartbeat(&worker, &session, json!({}));
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(spec_refusals.contains(&r.text().as_str()), "{}", r.text());
+    }
+    let counted = health().json()["resolutions"]["unavailable"]
+        .as_u64()
+        .unwrap();
+    assert!(counted >= 1, "{counted}");
+
+    f.redis.restart();
+    let back = support::node::eventually(Duration::from_secs(15), || {
+        f.heartbeat(&worker, &session, json!({})).status != 503
+    });
+    assert!(back, "{}", f.node.log());
+}
+
 #[test]
 fn registry_health_counts_this_nodes_outcomes() {
     let f = Fixture::new(&[]);
@@ -927,31 +996,46 @@ fn a_placed_id_costs_one_redis_round_trip() {
 }
 
 #[test]
-fn metrics_for_operators_who_see_the_whole_fleet() {
+fn metrics_speak_prometheus_text_unless_openmetrics_is_asked_for() {
     let (f, _worker, _) = warm_fleet(&[]);
     assert_eq!(get(f.node.addr, "/threads/m1", None).status, 200);
     assert_eq!(get(f.node.addr, "/nowhere/m1", None).status, 404);
     let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
     let r = get(f.node.addr, "/metrics", Some(&operator));
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(
-        r.header("content-type")
-            .unwrap()
-            .starts_with("application/openmetrics-text")
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8"),
+        "Prometheus text unless OpenMetrics is asked for"
     );
     let text = r.text();
     for line in [
+        "# TYPE pinboard_resolutions_total counter",
         "pinboard_resolutions_total{outcome=\"forward\"} 1",
         "pinboard_resolutions_total{outcome=\"unknown-ns\"} 1",
         "pinboard_serving 1",
-        "# EOF",
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }
+    assert!(!text.contains("# EOF"), "{text}");
     assert!(
         text.lines().any(|l| l.starts_with("pinboard_connections ")),
         "{text}"
     );
+    let mut c = Client::connect(f.node.addr);
+    let open = c.request(
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {operator}\r\n\
+             Accept: application/openmetrics-text; version=1.0.0, text/plain;q=0.5\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        open.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(open.text().contains("# TYPE pinboard_resolutions counter"));
+    assert!(open.text().ends_with("# EOF\n"));
 
     let refusal = |token: Option<&str>| {
         let r = get(f.node.addr, "/metrics", token);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use support::fleet::Fixture;
 use support::http::{Reply, post_json};
 use support::node::token;
-use support::worker::{Mode, TestWorker};
+use support::worker::{Mode, Serve, TestWorker};
 
 fn error_of(r: &Reply) -> (u16, String) {
     (
@@ -1479,4 +1479,108 @@ fn single_mode_listing_shows_the_default_takeover() {
     let listed = support::http::get(f.node.addr, "/registry/workers", Some(&ops)).json();
     assert_eq!(listed["workers"][0]["takeover"], "wind_down");
     assert_eq!(listed["workers"][0]["envs"], json!({}));
+}
+
+/// A worker registering after its operator drain's deadline: 200 draining, a normal lease, no
+/// placements, nothing reclaimed; its heartbeats succeed (no register/409 loop).
+#[test]
+fn a_registration_past_a_timed_drains_deadline_lives_a_normal_lease() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    f.put_row(
+        "/threads",
+        "held",
+        json!({"sessionId": session, "epoch": "5"}),
+    );
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let past = json!({"deadline": now_ms - 1000}).to_string();
+    f.cli(&["SET", "pinboard:{r}:drain:c", &past]);
+
+    let again = json!({"prevSessionId": session, "instances": {"/threads": ["held"]}});
+    let r = f.register(&worker, "c", again);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let answer = r.json();
+    assert_eq!(answer["draining"], true);
+    assert_eq!(
+        answer["duplicates"],
+        json!([{"ns": "/threads", "id": "held"}])
+    );
+    let fresh = answer["sessionId"].as_str().unwrap().to_string();
+    let record = f.session_record(&fresh).unwrap();
+    assert!(
+        record["expiry"].as_u64().unwrap() > now_ms + 10_000,
+        "a normal lease: {record}"
+    );
+    assert_eq!(
+        f.row("/threads", "held").unwrap()["sessionId"],
+        session,
+        "not reclaimed"
+    );
+    for _ in 0..2 {
+        let beat = f.heartbeat(&worker, &fresh, json!({}));
+        assert_eq!(beat.status, 200, "{}", beat.text());
+        assert_eq!(beat.json()["draining"], true);
+    }
+    assert!(
+        f.session_record(&fresh).unwrap()["expiry"]
+            .as_u64()
+            .unwrap()
+            > now_ms + 10_000
+    );
+    let r = support::http::get(f.node.addr, "/threads/new-id", None);
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, r#"{"error":"no live backends for namespace"}"#),
+        "a draining worker takes no placements"
+    );
+}
+
+/// `/registry/stats` keeps 8 calls in flight as a sliding window: one that ends lets the next
+/// start. With 7 workers that never answer and 2 that do, every call is under way before the
+/// first hung one times out (3 s); fixed batches of 8 would hold the ninth back until then.
+#[test]
+fn stats_keep_eight_calls_in_flight_as_a_sliding_window() {
+    let f = Fixture::new(&[]);
+    let workers: Vec<TestWorker> = (0..9)
+        .map(|i| TestWorker::start(&format!("w{i}")))
+        .collect();
+    for (i, w) in workers.iter().enumerate() {
+        f.registered(w, &format!("c{i}"));
+        if i < 7 {
+            w.set_serve(Serve::Hang);
+        }
+    }
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let stats = support::http::get(f.node.addr, "/registry/stats", Some(&ops)).json();
+    let entries = stats["workers"].as_array().unwrap();
+    assert_eq!(entries.len(), 9);
+    let unreachable = entries
+        .iter()
+        .filter(|e| e["error"] == "unreachable")
+        .count();
+    assert_eq!(unreachable, 7, "{stats}");
+    let arrivals: Vec<std::time::Instant> = workers
+        .iter()
+        .map(|w| {
+            let calls: Vec<_> = w
+                .seen()
+                .into_iter()
+                .filter(|s| s.path == "/_pinned/stats")
+                .collect();
+            assert_eq!(calls.len(), 1);
+            calls[0].at
+        })
+        .collect();
+    let first = *arrivals.iter().min().unwrap();
+    let last = *arrivals.iter().max().unwrap();
+    assert!(
+        last - first < std::time::Duration::from_secs(3),
+        "the ninth call started {:?} after the first: it waited for a batch",
+        last - first
+    );
 }

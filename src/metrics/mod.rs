@@ -13,8 +13,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-/// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`).
-pub const OUTCOMES: [&str; 11] = [
+/// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
+/// `unavailable` for a request Redis could not answer, contract §8).
+pub const OUTCOMES: [&str; 12] = [
     "forward",
     "unknown-ns",
     "no-backends",
@@ -26,6 +27,7 @@ pub const OUTCOMES: [&str; 11] = [
     "env-conflict",
     "nack",
     "takeover-denied",
+    "unavailable",
 ];
 
 #[derive(Default)]
@@ -131,11 +133,127 @@ impl Collector for Snapshot {
     }
 }
 
-/// The snapshot as Prometheus text (OpenMetrics exposition).
-pub fn render(snapshot: Snapshot) -> Result<String, std::fmt::Error> {
+/// The exposition formats a scraper can ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text 0.0.4, what every scraper reads (the default).
+    Prometheus,
+    /// OpenMetrics 1.0.0 text, for a scraper whose `Accept` names it.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for.
+    pub fn from_accept(accept: Option<&[u8]>) -> Format {
+        let wants = accept.is_some_and(|a| {
+            a.split(|b| *b == b',').any(|range| {
+                let media = range.split(|b| *b == b';').next().unwrap_or_default();
+                media
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"application/openmetrics-text")
+            })
+        });
+        if wants {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// The snapshot as text in `format`.
+///
+/// prometheus-client writes OpenMetrics only. Our families are counters and gauges, for which
+/// Prometheus text differs in three ways, applied here: a counter's `# HELP` and `# TYPE` name
+/// its sample (`…_total`), there is no `# UNIT`, and no `# EOF`.
+pub fn render(snapshot: Snapshot, format: Format) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
+    if format == Format::OpenMetrics {
+        return Ok(text);
+    }
+    let counters: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .map(str::to_owned)
+        .collect();
+    let mut prometheus = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .iter()
+                .any(|c| c == name)
+                .then(|| format!("{tag}{name}_total {tail}"))
+        });
+        prometheus.push_str(renamed.as_deref().unwrap_or(line));
+        prometheus.push('\n');
+    }
+    Ok(prometheus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            outcomes: vec![("forward", 3)],
+            connections: 2,
+            connections_refused: 0,
+            uptime_secs: 1.5,
+            serving: true,
+        }
+    }
+
+    #[test]
+    fn accept_picks_the_format() {
+        for (accept, format) in [
+            (None, Format::Prometheus),
+            (Some("text/plain"), Format::Prometheus),
+            (Some("*/*"), Format::Prometheus),
+            (
+                Some("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+                Format::OpenMetrics,
+            ),
+            (
+                Some("text/plain, Application/OpenMetrics-Text"),
+                Format::OpenMetrics,
+            ),
+        ] {
+            assert_eq!(
+                Format::from_accept(accept.map(str::as_bytes)),
+                format,
+                "{accept:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prometheus_text_names_counter_samples_and_has_no_eof() {
+        let text = render(snapshot(), Format::Prometheus).unwrap();
+        assert!(
+            text.contains("# TYPE pinboard_resolutions_total counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("pinboard_resolutions_total{outcome=\"forward\"} 3\n"));
+        assert!(text.contains("# TYPE pinboard_connections gauge\n"));
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
+        let open = render(snapshot(), Format::OpenMetrics).unwrap();
+        assert!(open.contains("# TYPE pinboard_resolutions counter\n"));
+        assert!(open.ends_with("# EOF\n"));
+    }
 }

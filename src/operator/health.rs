@@ -1,6 +1,8 @@
 //! `GET /healthz` (the process answers), `GET /readyz` (this node should get traffic) and
 //! `GET /registry/health` (what this node has been doing).
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 use futures_util::future::join_all;
 use http::StatusCode;
@@ -40,10 +42,21 @@ pub async fn registry_health(core: &Core) -> Result<Response, Error> {
             .map(|(name, n)| (name.to_owned(), n.into()))
             .collect();
     let connections = shared.connections();
+    // Spec: it answers while booting or draining; with Redis away, from what the node saw.
+    let quarantine = match quarantine_ms(core).await {
+        Ok(ms) => {
+            shared.last_quarantine_ms.store(ms, Ordering::Relaxed);
+            ms
+        }
+        Err(e) => {
+            debug!(error = %e, "health: redis unavailable, reporting the last window seen");
+            shared.last_quarantine_ms.load(Ordering::Relaxed)
+        }
+    };
     let mut body = serde_json::json!({
         "resolutions": resolutions,
         "connections": connections,
-        "quarantineMs": quarantine_ms(core).await?,
+        "quarantineMs": quarantine,
         "uptimeMs": shared.started.elapsed().as_millis() as u64,
     });
     if let Some(rss) = rss_bytes() {

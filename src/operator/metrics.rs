@@ -1,11 +1,12 @@
-//! `GET /metrics`: this node's counters as Prometheus text, for operators whose credential sees
+//! `GET /metrics`: this node's counters as Prometheus text (OpenMetrics when the scraper's
+//! `Accept` asks for it), for operators whose credential sees
 //! the whole fleet (every namespace, unrestricted hostnames and envs).
 
 use http::{HeaderValue, StatusCode, header};
 use tracing::error;
 
 use crate::http::{Request, Response};
-use crate::metrics::{self, Snapshot};
+use crate::metrics::{self, Format, Snapshot};
 use crate::node::Core;
 use crate::registry::{OPERATOR_SCOPE, authorize};
 
@@ -32,10 +33,11 @@ pub fn metrics(core: &Core, req: &Request<'_>) -> Response {
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
     };
-    match metrics::render(snapshot) {
+    let format = Format::from_accept(req.header(header::ACCEPT).map(|v| v.as_bytes()));
+    match metrics::render(snapshot, format) {
         Ok(text) => Response::new(StatusCode::OK, None, text.into()).header(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            HeaderValue::from_static(format.content_type()),
         ),
         Err(e) => {
             error!(error = %e, "rendering metrics");

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
@@ -338,10 +339,19 @@ pub async fn stats(core: &Core, credential: &Credential) -> Result<Response, Err
         return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
     };
     let sessions = visible_sessions(core, claim).await?;
-    let mut workers = Vec::with_capacity(sessions.len());
-    for batch in sessions.chunks(STATS_CONCURRENCY) {
-        workers.extend(join_all(batch.iter().map(worker_stats)).await);
-    }
+    // A sliding window: at most 8 calls in flight, and each one that ends lets the next start
+    // (one slow worker holds one slot, not a whole batch). Unordered, so that finished calls
+    // behind a slow one free their slots; the listing's order is restored after.
+    let calls = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| async move { (i, worker_stats(s).await) });
+    let mut answered: Vec<(usize, Value)> = futures_util::stream::iter(calls)
+        .buffer_unordered(STATS_CONCURRENCY)
+        .collect()
+        .await;
+    answered.sort_by_key(|(i, _)| *i);
+    let workers: Vec<Value> = answered.into_iter().map(|(_, w)| w).collect();
     Ok(Response::json_value(
         StatusCode::OK,
         &json!({ "workers": workers }),

@@ -68,6 +68,8 @@ pub struct Seen {
     pub body: Vec<u8>,
     /// Which connection (counted from 0) carried it.
     pub conn: usize,
+    /// When its head had arrived.
+    pub at: std::time::Instant,
 }
 
 impl Seen {
@@ -177,7 +179,7 @@ impl TestWorker {
         self.state.lock().unwrap().tunnels.clone()
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
     }
 
@@ -284,6 +286,7 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             headers,
             body,
             conn: n,
+            at: std::time::Instant::now(),
         };
         let (mode, serve, secret, value) = {
             let mut s = state.lock().unwrap();
