@@ -16,8 +16,22 @@ pub enum Origin {
     Upstream,
     /// The Redis server or cluster holding the registry.
     Redis,
+    /// The machine the node runs on: a port already taken, a resource it cannot have.
+    Host,
     /// A bug or broken invariant in this process.
     Internal,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Downstream => "client",
+            Origin::Upstream => "worker",
+            Origin::Redis => "redis",
+            Origin::Host => "host",
+            Origin::Internal => "internal",
+        }
+    }
 }
 
 pub struct Error {
@@ -65,7 +79,7 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}: {}", self.origin, self.context)?;
+        write!(f, "{}: {}", self.origin.as_str(), self.context)?;
         if let Some(cause) = &self.cause {
             write!(f, ": {cause}")?;
         }

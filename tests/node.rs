@@ -428,3 +428,62 @@ fn minted_tokens_are_accepted_by_the_node() {
         r.text()
     );
 }
+
+/// nginx and HAProxy operators send HUP to reload: it must not kill the node.
+#[test]
+fn sighup_is_logged_and_ignored() {
+    let redis = RedisServer::start();
+    let mut node = Node::start(&redis.url(), &[]);
+    node.signal("HUP");
+    assert!(eventually(Duration::from_secs(5), || node
+        .log()
+        .contains("SIGHUP: nothing to reload; ignored")));
+    assert_eq!(get(node.addr, "/healthz", None).status, 200);
+    assert!(node.stop().success(), "a SIGTERM still stops it cleanly");
+}
+
+/// RFC 9110 §6.6.1: an origin with a clock sends `Date`; the node's own answers are its own.
+#[test]
+fn the_nodes_own_answers_carry_date() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+    for path in ["/healthz", "/readyz", "/registry/workers", "/nowhere"] {
+        let r = get(node.addr, path, None);
+        let date = r
+            .header("date")
+            .unwrap_or_else(|| panic!("{path}: no Date"));
+        assert!(
+            date.ends_with(" GMT") && date.len() == 29,
+            "{path}: IMF-fixdate, got {date:?}"
+        );
+    }
+    let mut c = Client::connect(node.addr);
+    let refused = c.request(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    assert_eq!(refused.status, 400);
+    assert!(refused.header("date").is_some());
+}
+
+/// A port that is taken is the host's problem, said as such, not an internal error.
+#[test]
+fn a_bind_failure_says_what_it_is() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+        .arg("serve")
+        .env("PINBOARD_PASSPORT__HS256_SECRET", support::node::SECRET)
+        .env("PINBOARD_LISTEN", &addr)
+        .env("PINBOARD_REDIS_URL", "redis://127.0.0.1:1")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    // SO_REUSEPORT lets a second socket share a port only with the same owner's listeners:
+    // a plain listener holding it makes the bind fail.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.trim_end().lines().last().unwrap();
+    assert!(
+        last.starts_with(&format!("pinboard: host: cannot listen on {addr}: ")),
+        "{last}"
+    );
+    assert!(!stderr.contains("Internal"), "{stderr}");
+}

@@ -91,6 +91,7 @@ impl Response {
     /// announced but no body follows. `connection`: the `Connection` header to send, if any.
     pub fn encode(&self, head_request: bool, connection: Persistence, dst: &mut BytesMut) {
         encode_status_line(self.status, dst);
+        date::encode(dst);
         for (name, value) in &self.headers {
             dst.put_slice(name.as_str().as_bytes());
             dst.put_slice(b": ");
@@ -106,6 +107,31 @@ impl Response {
         if !head_request && allows_length(self.status) {
             dst.put_slice(&self.body);
         }
+    }
+}
+
+/// The `Date` header of the node's own answers (RFC 9110 §6.6.1), formatted once a second per
+/// thread rather than per answer.
+mod date {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use bytes::{BufMut, BytesMut};
+
+    thread_local! {
+        static LAST: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+
+    pub fn encode(dst: &mut BytesMut) {
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        LAST.with_borrow_mut(|(at, text)| {
+            if *at != second {
+                *at = second;
+                *text = format!("date: {}\r\n", httpdate::fmt_http_date(now));
+            }
+            dst.put_slice(text.as_bytes());
+        });
     }
 }
 
@@ -148,10 +174,17 @@ pub fn encode_status_line(status: StatusCode, dst: &mut BytesMut) {
 mod tests {
     use super::*;
 
+    /// The encoded answer with its `Date` line taken out (after checking it is one).
     fn encoded(r: &Response, head: bool, connection: Persistence) -> String {
         let mut b = BytesMut::new();
         r.encode(head, connection, &mut b);
-        String::from_utf8(b.to_vec()).unwrap()
+        let text = String::from_utf8(b.to_vec()).unwrap();
+        let line = text.lines().nth(1).unwrap();
+        let date = line
+            .strip_prefix("date: ")
+            .expect("Date follows the status line");
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+        text.replacen(&format!("{line}\r\n"), "", 1)
     }
 
     #[test]

@@ -68,7 +68,7 @@ fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, 
     let mut addr = addr;
     (0..threads)
         .map(|_| {
-            let bind_err = |e| Error::because(Origin::Internal, format!("binding {addr}"), e);
+            let bind_err = |e| Error::because(Origin::Host, format!("cannot listen on {addr}"), e);
             let socket =
                 Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(bind_err)?;
             socket.set_reuse_address(true).map_err(bind_err)?;
@@ -83,15 +83,21 @@ fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, 
         .collect()
 }
 
-/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once.
+/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP,
+/// which nginx and HAProxy operators send to reload, is logged and ignored: there is nothing
+/// to reload yet (it must not kill the node, as its default action would).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
         .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
     std::thread::Builder::new()
         .name("pinboard-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
+                if signal == SIGHUP {
+                    info!("SIGHUP: nothing to reload; ignored");
+                    continue;
+                }
                 if shared.stopping.swap(true, Ordering::SeqCst) {
                     warn!(signal, "second stop signal: exiting now");
                     std::process::exit(1);

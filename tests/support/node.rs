@@ -148,8 +148,13 @@ impl Node {
 
     /// Sends SIGTERM without waiting.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal named (`HUP`, `TERM`, ...) without waiting.
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
