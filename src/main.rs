@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
-use pinboard::config::Config;
+use pinboard::config::{Config, LogFormat};
 use pinboard::node::Shared;
 use pinboard::passport::{self, Passport, TokenRequest};
 
@@ -20,7 +20,7 @@ const EXIT_CONFIG: u8 = 2;
 #[derive(Parser)]
 #[command(
     name = "pinboard",
-    version,
+    version = env!("PINBOARD_BUILD"),
     about = "Edge proxy and control plane for stateful instances"
 )]
 struct Cli {
@@ -33,12 +33,13 @@ enum Command {
     /// Run a node: listen, route, register workers.
     Serve {
         /// TOML configuration file; PINBOARD_* environment variables override it.
-        #[arg(long, env = "PINBOARD_CONFIG")]
+        #[arg(short, long, env = "PINBOARD_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Validate the configuration and print the effective result (secrets masked).
     CheckConfig {
-        #[arg(long, env = "PINBOARD_CONFIG")]
+        /// TOML configuration file; PINBOARD_* environment variables override it.
+        #[arg(short, long, env = "PINBOARD_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Mint an HS256 Passport credential for development.
@@ -74,17 +75,53 @@ struct TokenArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl: u64,
+    /// The `iss` claim (must match passport.issuer when the node sets one).
     #[arg(long)]
     issuer: Option<String>,
+    /// The `aud` claim (must match passport.audience when the node sets one).
     #[arg(long)]
     audience: Option<String>,
+}
+
+/// The scopes the registry knows; any other `pinboard:*` scope is a typo.
+const PINBOARD_SCOPES: [&str; 2] = ["pinboard:worker", "pinboard:operator"];
+
+impl TokenArgs {
+    /// Refuses what would mint a credential the node can never accept; warns about one that
+    /// can do less than it looks like.
+    fn check(&self, scopes: &[String]) -> Result<(), String> {
+        if let Some(bad) = scopes
+            .iter()
+            .find(|s| s.starts_with("pinboard:") && !PINBOARD_SCOPES.contains(&s.as_str()))
+        {
+            return Err(format!(
+                "unknown scope {bad} (the registry's are {})",
+                PINBOARD_SCOPES.join(" and ")
+            ));
+        }
+        if let Some(bad) = self
+            .namespaces
+            .iter()
+            .find(|ns| *ns != "*" && !ns.starts_with('/'))
+        {
+            return Err(format!(
+                "namespace {bad:?} must start with / (or be * for every namespace)"
+            ));
+        }
+        if scopes.iter().any(|s| s == "pinboard:worker") && self.backend_hosts.is_empty() {
+            eprintln!(
+                "pinboard token: warning: a worker credential without --backend-host can \
+                 register no advertise URL"
+            );
+        }
+        Ok(())
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config } => {
-            init_logging();
             let shared = match load(config.as_deref()) {
                 Ok(shared) => shared,
                 Err(message) => return config_error(&message),
@@ -97,55 +134,67 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::CheckConfig { config } => {
-            init_logging();
-            match load(config.as_deref()) {
-                Ok(shared) => {
-                    print!("{}", shared.config.render_masked());
-                    ExitCode::SUCCESS
+        Command::CheckConfig { config } => match load(config.as_deref()) {
+            Ok(shared) => {
+                let config = &shared.config;
+                print!("{}", config.render_masked());
+                if config.threads == 0 {
+                    println!(
+                        "# threads = 0: one event loop per available core ({} here)",
+                        config.cores()
+                    );
                 }
-                Err(message) => config_error(&message),
+                ExitCode::SUCCESS
             }
+            Err(message) => config_error(&message),
+        },
+        Command::Token(args) => token(*args),
+    }
+}
+
+fn token(args: TokenArgs) -> ExitCode {
+    let scopes: Vec<String> = args
+        .scopes
+        .iter()
+        .flat_map(|s| s.split_whitespace().map(str::to_owned))
+        .collect();
+    if let Err(e) = args.check(&scopes) {
+        eprintln!("pinboard token: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let TokenArgs {
+        secret,
+        sub,
+        namespaces,
+        backend_hosts,
+        ports,
+        hostnames,
+        envs,
+        ttl,
+        issuer,
+        audience,
+        ..
+    } = args;
+    let request = TokenRequest {
+        sub,
+        scopes,
+        namespaces,
+        backend_hosts,
+        ports,
+        hostnames,
+        envs,
+        ttl_secs: ttl,
+        issuer,
+        audience,
+    };
+    match passport::mint(&secret, &request) {
+        Ok(token) => {
+            println!("{token}");
+            ExitCode::SUCCESS
         }
-        Command::Token(args) => {
-            let TokenArgs {
-                secret,
-                sub,
-                scopes,
-                namespaces,
-                backend_hosts,
-                ports,
-                hostnames,
-                envs,
-                ttl,
-                issuer,
-                audience,
-            } = *args;
-            let request = TokenRequest {
-                sub,
-                scopes: scopes
-                    .iter()
-                    .flat_map(|s| s.split_whitespace().map(str::to_owned))
-                    .collect(),
-                namespaces,
-                backend_hosts,
-                ports,
-                hostnames,
-                envs,
-                ttl_secs: ttl,
-                issuer,
-                audience,
-            };
-            match passport::mint(&secret, &request) {
-                Ok(token) => {
-                    println!("{token}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("pinboard token: {e}");
-                    ExitCode::from(EXIT_CONFIG)
-                }
-            }
+        Err(e) => {
+            eprintln!("pinboard token: {e}");
+            ExitCode::from(EXIT_CONFIG)
         }
     }
 }
@@ -163,10 +212,13 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    if let Some(warning) = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str())) {
+    let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
+    let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
+    // Logging starts once its format is known; a refused configuration is one plain line.
+    init_logging(config.log_format);
+    if let Some(warning) = ignored {
         tracing::warn!("{warning}");
     }
-    let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
     let pems = config
         .passport
         .ed25519_public_keys
@@ -190,12 +242,17 @@ fn config_error(message: &str) -> ExitCode {
     ExitCode::from(EXIT_CONFIG)
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PINBOARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        // Colour only on a terminal: a log file or a collector gets plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }

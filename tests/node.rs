@@ -338,7 +338,10 @@ fn bad_configuration_exits_2_naming_the_key() {
         cmd.envs(env.iter().copied());
         cmd.output().unwrap()
     };
-    let secret = ("PINBOARD_PASSPORT__HS256_SECRET", "s3cret-value");
+    let secret = (
+        "PINBOARD_PASSPORT__HS256_SECRET",
+        "s3cret-value-0123456789abcdef0123",
+    );
     for (env, key) in [
         (vec![secret, ("PINBOARD_SHARDS", "0")], "shards"),
         (
@@ -346,6 +349,11 @@ fn bad_configuration_exits_2_naming_the_key() {
             "forwards.timeout_ms",
         ),
         (vec![secret, ("PINBOARD_DRIVER", "kqueue")], "driver"),
+        (
+            vec![("PINBOARD_PASSPORT__HS256_SECRET", "only-20-bytes-secret")],
+            "passport.hs256_secret",
+        ),
+        (vec![secret, ("PINBOARD_LOG_FORMAT", "xml")], "log_format"),
         (
             vec![secret, ("PINBOARD_REDIS_URL", "http://x")],
             "redis_url",
@@ -486,4 +494,140 @@ fn a_bind_failure_says_what_it_is() {
         "{last}"
     );
     assert!(!stderr.contains("Internal"), "{stderr}");
+}
+
+fn pinboard(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinboard"));
+    cmd.args(args);
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
+        cmd.env_remove(key);
+    }
+    cmd.envs(env.iter().copied()).output().unwrap()
+}
+
+#[test]
+fn cli_version_short_config_help_and_token_rules() {
+    let out = pinboard(&["--version"], &[]);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with("pinboard ")
+            && version.contains("commit ")
+            && version.contains(" build)"),
+        "{version}"
+    );
+    // Every flag of every subcommand says what it is for.
+    for sub in ["serve", "check-config", "token"] {
+        let help = String::from_utf8_lossy(&pinboard(&[sub, "--help"], &[]).stdout).into_owned();
+        for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
+            let described = line
+                .trim()
+                .split("  ")
+                .filter(|p| !p.trim().is_empty())
+                .count()
+                >= 2;
+            assert!(described, "{sub}: {line:?} has no help text");
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.toml");
+    std::fs::write(&file, "shards = 4\n").unwrap();
+    let secret = ("PINBOARD_PASSPORT__HS256_SECRET", support::node::SECRET);
+    let out = pinboard(&["check-config", "-c", file.to_str().unwrap()], &[secret]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("shards = 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# threads = 0: one event loop per available core ("),
+        "{text}"
+    );
+
+    let mint = |extra: &[&str]| {
+        let mut args = vec!["token", "--secret", support::node::SECRET, "--sub", "a"];
+        args.extend_from_slice(extra);
+        pinboard(&args, &[])
+    };
+    let out = mint(&["--scope", "pinboard:wroker", "--ns", "*"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scope pinboard:wroker"));
+    let out = mint(&["--scope", "pinboard:operator", "--ns", "threads"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must start with /"));
+    let out = mint(&["--scope", "pinboard:worker", "--ns", "/threads"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without --backend-host"));
+    let out = mint(&[
+        "--scope",
+        "pinboard:worker threads:read",
+        "--ns",
+        "/threads",
+        "--backend-host",
+        "127.0.0.1",
+    ]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+}
+
+/// Quiet on a healthy start, one warning (then a count) while Redis is away, no colour codes
+/// in a log file, and JSON lines on request.
+#[test]
+fn logs_are_quiet_plain_and_optionally_json() {
+    let mut redis = RedisServer::start();
+    // A claim every second (a third of the lease), retried every 100 ms once it fails.
+    let node = Node::start(
+        &redis.url(),
+        &[
+            ("NO_COLOR", ""),
+            ("PINBOARD_LOG", "info"),
+            ("PINBOARD_LEASE_TTL_MS", "3000"),
+        ],
+    );
+    let log = node.log();
+    assert!(!log.contains('\u{1b}'), "no ANSI codes in a file:\n{log}");
+    assert!(!log.contains("fleet license claim failed"), "{log}");
+
+    redis.stop();
+    std::thread::sleep(Duration::from_millis(2500));
+    let failures = node
+        .log()
+        .lines()
+        .filter(|l| l.contains("fleet license claim failed"))
+        .count();
+    assert_eq!(
+        failures,
+        1,
+        "said once while retrying ten times a second:\n{}",
+        node.log()
+    );
+    redis.restart();
+    assert!(eventually(Duration::from_secs(10), || node
+        .log()
+        .contains("fleet license claim succeeded again")));
+
+    let mut json = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+        .arg("serve")
+        .env("PINBOARD_PASSPORT__HS256_SECRET", support::node::SECRET)
+        .env("PINBOARD_LISTEN", "127.0.0.1:0")
+        .env("PINBOARD_REDIS_URL", redis.url())
+        .env("PINBOARD_LOG_FORMAT", "json")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    json.kill().unwrap();
+    let out = json.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.lines().count() >= 2, "{text}");
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["timestamp"].is_string() && v["level"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(
+        text.contains("\"message\":\"pinboard listening\""),
+        "{text}"
+    );
 }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use toml::{Table, Value};
 
-use super::{Affinity, Config, ConfigError, DriverKind, NamespaceRule};
+use super::{Affinity, Config, ConfigError, DriverKind, LogFormat, NamespaceRule};
 use crate::redis::RedisTarget;
 
 /// One configuration key.
@@ -75,9 +75,10 @@ pub(super) const KEYS: &[Key] = &[
     key!(fleet_epoch: u64 = whole(0, i64::MAX as u64)),
     key!(node_id: String = text_with(node_id)),
     key!(max_connections: u64 = whole(1, 10_000_000)),
+    key!(log_format: LogFormat = text_with(str::parse)),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
-    key!(secret passport.hs256_secret: Option<String> = optional(text_with(non_empty))),
+    key!(secret passport.hs256_secret: Option<String> = optional(text_with(hs256_secret))),
     key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),
     key!(passport.audience: Option<String> = optional(text_with(non_empty))),
@@ -257,6 +258,19 @@ fn non_empty(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
+/// RFC 7518 §3.2: an HS256 key must be at least as long as the hash output, 32 bytes; a
+/// shorter one makes every credential forgeable by brute force.
+fn hs256_secret(s: &str) -> Result<String, String> {
+    let secret = non_empty(s)?;
+    if secret.len() < 32 {
+        return Err(format!(
+            "must be at least 32 bytes (RFC 7518 §3.2), got {}",
+            secret.len()
+        ));
+    }
+    Ok(secret)
+}
+
 fn cidr(s: &str) -> Result<IpNet, String> {
     s.parse::<IpNet>()
         .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
@@ -382,7 +396,7 @@ macro_rules! text_setting {
         }
     )*};
 }
-text_setting!(String, SocketAddr, DriverKind, Affinity, IpNet);
+text_setting!(String, SocketAddr, DriverKind, LogFormat, Affinity, IpNet);
 
 impl Setting for bool {
     fn env_value(text: &str) -> Value {

@@ -6,6 +6,8 @@
 //! `keys` holds the one table of settings (name, parser, environment form, rendering); `env`
 //! maps environment variables onto that table.
 
+#[cfg(test)]
+mod documented;
 mod env;
 mod keys;
 
@@ -87,8 +89,39 @@ pub struct Config {
     /// connection is closed at accept (counted in `/metrics`), so a flood of idle connections
     /// cannot exhaust memory or file descriptors.
     pub max_connections: u64,
+    /// How log lines are written to stderr: `text` (default; coloured only on a terminal) or
+    /// `json` (one JSON object a line, for log shippers).
+    pub log_format: LogFormat,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
     pub http: HttpLimits,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        })
+    }
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(format!(r#"expected "text" or "json", got {s:?}"#)),
+        }
+    }
 }
 
 /// The event-loop I/O driver.
@@ -211,6 +244,7 @@ impl Default for Config {
             passport: PassportConfig::default(),
             namespaces: BTreeMap::new(),
             max_connections: 16_384,
+            log_format: LogFormat::Text,
             http: HttpLimits {
                 header_timeout_ms: 10_000,
                 idle_timeout_ms: 75_000,
@@ -438,7 +472,10 @@ fn is_token(s: &str) -> bool {
 mod tests {
     use super::*;
 
-    const SECRET: (&str, &str) = ("PINBOARD_PASSPORT__HS256_SECRET", "s3cret");
+    const SECRET: (&str, &str) = (
+        "PINBOARD_PASSPORT__HS256_SECRET",
+        "s3cret-0123456789abcdef0123456789",
+    );
 
     type Vars = &'static [(&'static str, &'static str)];
 
@@ -471,13 +508,14 @@ metrics = false
 fleet_epoch = 7
 node_id = "edge-1"
 max_connections = 100
+log_format = "json"
 
 [forwards]
 timeout_ms = 5000
 max_inflight = 10
 
 [passport]
-hs256_secret = "file-secret"
+hs256_secret = "file-secret-0123456789abcdef012345"
 ed25519_public_keys = []
 issuer = "https://issuer.example"
 audience = "pinboard"
@@ -516,7 +554,7 @@ write_timeout_ms = 3000
             fleet_epoch: 7,
             node_id: "edge-1".into(),
             passport: PassportConfig {
-                hs256_secret: Some("file-secret".into()),
+                hs256_secret: Some("file-secret-0123456789abcdef012345".into()),
                 ed25519_public_keys: vec![],
                 issuer: Some("https://issuer.example".into()),
                 audience: Some("pinboard".into()),
@@ -528,6 +566,7 @@ write_timeout_ms = 3000
                 },
             )]),
             max_connections: 100,
+            log_format: LogFormat::Json,
             http: HttpLimits {
                 header_timeout_ms: 1_000,
                 idle_timeout_ms: 2_000,
@@ -544,7 +583,7 @@ write_timeout_ms = 3000
         let expected = Config {
             node_id: config.node_id.clone(),
             passport: PassportConfig {
-                hs256_secret: Some("s3cret".into()),
+                hs256_secret: Some("s3cret-0123456789abcdef0123456789".into()),
                 ..PassportConfig::default()
             },
             ..Config::default()
@@ -570,7 +609,10 @@ write_timeout_ms = 3000
             &[
                 ("PINBOARD_SHARDS", "128"),
                 ("PINBOARD_FORWARDS__TIMEOUT_MS", "7000"),
-                ("PINBOARD_PASSPORT__HS256_SECRET", "env-secret"),
+                (
+                    "PINBOARD_PASSPORT__HS256_SECRET",
+                    "env-secret-0123456789abcdef0123456",
+                ),
                 ("PINBOARD_TRUSTED_PROXIES", ""),
                 ("PINBOARD_PASSPORT__ISSUER", ""),
                 ("PINBOARD_CONFIG", "/etc/pinboard.toml"),
@@ -582,7 +624,7 @@ write_timeout_ms = 3000
         let mut expected = full();
         expected.shards = 128;
         expected.forwards.timeout_ms = 7_000;
-        expected.passport.hs256_secret = Some("env-secret".into());
+        expected.passport.hs256_secret = Some("env-secret-0123456789abcdef0123456".into());
         expected.trusted_proxies = vec![];
         expected.passport.issuer = None;
         assert_eq!(config, expected);
@@ -615,7 +657,11 @@ write_timeout_ms = 3000
             ("PINBOARD_FLEET_EPOCH", "7"),
             ("PINBOARD_NODE_ID", "edge-1"),
             ("PINBOARD_MAX_CONNECTIONS", "100"),
-            ("PINBOARD_PASSPORT__HS256_SECRET", "file-secret"),
+            ("PINBOARD_LOG_FORMAT", "json"),
+            (
+                "PINBOARD_PASSPORT__HS256_SECRET",
+                "file-secret-0123456789abcdef012345",
+            ),
             ("PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS", &keys),
             ("PINBOARD_PASSPORT__ISSUER", "https://issuer.example"),
             ("PINBOARD_PASSPORT__AUDIENCE", "pinboard"),
@@ -911,6 +957,28 @@ write_timeout_ms = 3000
     }
 
     #[test]
+    fn an_hs256_secret_under_32_bytes_is_refused() {
+        let short = (
+            "PINBOARD_PASSPORT__HS256_SECRET",
+            "31-bytes-31-bytes-31-bytes-31-b",
+        );
+        let e = Config::load(None, env(&[short])).unwrap_err();
+        assert_eq!(e.key, "passport.hs256_secret");
+        assert!(
+            e.message
+                .contains("at least 32 bytes (RFC 7518 §3.2), got 31"),
+            "{e}"
+        );
+        let e = from_file("[passport]\nhs256_secret = \"short\"", &[]).unwrap_err();
+        assert_eq!(e.key, "passport.hs256_secret");
+        let ok = (
+            "PINBOARD_PASSPORT__HS256_SECRET",
+            "32-bytes-32-bytes-32-bytes-32-by",
+        );
+        assert!(Config::load(None, env(&[ok])).is_ok());
+    }
+
+    #[test]
     fn a_passport_key_is_required() {
         let e = Config::load(None, env(&[])).unwrap_err();
         assert_eq!(e.key, "passport");
@@ -1048,20 +1116,25 @@ write_timeout_ms = 3000
         let config = full();
         let text = config.render_masked();
         assert!(!text.contains("pw@"), "{text}");
-        assert!(!text.contains("file-secret"), "{text}");
+        assert!(
+            !text.contains("file-secret-0123456789abcdef012345"),
+            "{text}"
+        );
         assert!(
             text.contains("redis_url = \"redis://:***@10.0.0.5:6380/3\""),
             "{text}"
         );
         assert!(text.contains("hs256_secret = \"***\""), "{text}");
         // The Redis URL is rendered before the passport section.
-        let unmasked = text
-            .replacen("***", "pw", 1)
-            .replacen("***", "file-secret", 1);
+        let unmasked =
+            text.replacen("***", "pw", 1)
+                .replacen("***", "file-secret-0123456789abcdef012345", 1);
         assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
 
         let defaults = Config::load(None, env(&[SECRET])).unwrap();
-        let unmasked = defaults.render_masked().replace("***", "s3cret");
+        let unmasked = defaults
+            .render_masked()
+            .replace("***", "s3cret-0123456789abcdef0123456789");
         assert_eq!(from_file(&unmasked, &[]).unwrap(), defaults);
     }
 
@@ -1073,7 +1146,9 @@ write_timeout_ms = 3000
         config.passport.issuer = Some("it's \"quoted\" \\ here".into());
         config.redis_url = RedisTarget::parse("redis-cluster://a:7000,[::1]:7001").unwrap();
         config.fleet_epoch = i64::MAX as u64;
-        let unmasked = config.render_masked().replace("***", "s3cret");
+        let unmasked = config
+            .render_masked()
+            .replace("***", "s3cret-0123456789abcdef0123456789");
         assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
     }
 

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::node::Core;
@@ -38,6 +38,7 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
     let epoch = config.fleet_epoch.to_string();
     let lease = config.lease_ttl_ms.to_string();
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
+    let mut failures = Failures::default();
     while !shutdown.is_fired() {
         let reply = core
             .redis
@@ -65,10 +66,13 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
             // Without Redis the node cannot place anything either: it is not serving until
             // a claim succeeds again.
             Err(e) => {
-                warn!(error = %e, "fleet license claim failed");
+                failures.failed(e);
                 false
             }
         };
+        if reply.is_ok() {
+            failures.succeeded();
+        }
         if core.shared.serving.swap(serving, Ordering::Relaxed) != serving {
             if serving {
                 info!(license = %license, "serving: holding the fleet license");
@@ -87,6 +91,61 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
             _ = monoio::time::sleep(wait) => {}
             _ = shutdown.fired() => {}
         }
+    }
+}
+
+/// Failed claims, said once and then counted: the claim is retried ten times a second while
+/// Redis is away, and the log should not be. Before the first success a claim fails only
+/// because the connection is still being made (the boot race): that is not worth a warning.
+#[derive(Default)]
+struct Failures {
+    /// Whether a claim ever succeeded.
+    claimed_once: bool,
+    /// Failures since the last success.
+    since_success: u64,
+    /// Failures since the last warning about them (0: none said yet).
+    since_said: Option<u64>,
+}
+
+impl Failures {
+    /// Failures tolerated silently at start while the connection is made (5 s).
+    const BOOT: u64 = 50;
+    /// Repeats of one failure counted before it is said again (a minute).
+    const SAY_EVERY: u64 = 600;
+
+    fn failed(&mut self, error: &crate::redis::RedisError) {
+        self.since_success += 1;
+        if !self.claimed_once && self.since_success <= Self::BOOT {
+            debug!(%error, "fleet license claim failed while connecting");
+            return;
+        }
+        let say = match &mut self.since_said {
+            None => true,
+            Some(n) => {
+                *n += 1;
+                *n >= Self::SAY_EVERY
+            }
+        };
+        if say {
+            warn!(
+                %error,
+                failures = self.since_success,
+                "fleet license claim failed; retrying every 100 ms"
+            );
+            self.since_said = Some(0);
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.since_said.is_some() {
+            info!(
+                failures = self.since_success,
+                "fleet license claim succeeded again"
+            );
+        }
+        self.claimed_once = true;
+        self.since_success = 0;
+        self.since_said = None;
     }
 }
 

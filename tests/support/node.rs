@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use pinboard::passport::{TokenRequest, mint};
 
-pub const SECRET: &str = "integration-test-secret";
+pub const SECRET: &str = "integration-test-secret-0123456789";
 
 fn binary() -> PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_pinboard") {
