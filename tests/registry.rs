@@ -485,6 +485,23 @@ fn release_is_compare_and_delete() {
         f2.post("release", &f2.token, &rows).json(),
         json!({"released": 1})
     );
+
+    // Spec: "'' quotes an epoch-less row": it frees an epoch-less row and no other.
+    f.put_row(
+        "/threads",
+        "e1",
+        json!({"sessionId": session, "epoch": "5"}),
+    );
+    f.put_row("/threads", "e2", json!({"sessionId": session}));
+    let quoted_empty = |id: &str| release(json!([one("/threads", id, Some(""))]));
+    assert_eq!(quoted_empty("e1").json(), json!({"released": 0}));
+    assert!(f.row("/threads", "e1").is_some());
+    assert_eq!(quoted_empty("e2").json(), json!({"released": 1}));
+    assert!(f.row("/threads", "e2").is_none());
+    assert_eq!(
+        release(json!([one("/threads", "e1", Some("5a"))])).status,
+        400
+    );
 }
 
 #[test]
@@ -1402,36 +1419,6 @@ fn operator_overview_with_filters() {
     assert_eq!(docs["workers"].as_array().unwrap().len(), 1, "{docs}");
     assert_eq!(docs["namespaces"].as_array().unwrap().len(), 1);
     assert_eq!(docs["namespaces"][0]["namespace"], "/docs");
-}
-
-/// Spec: "'' quotes an epoch-less row".
-#[test]
-fn release_accepts_an_empty_epoch_for_an_epoch_less_row() {
-    let f = Fixture::new(&[]);
-    let worker = TestWorker::start("s");
-    let session = f.registered(&worker, "c");
-    f.put_row(
-        "/threads",
-        "t1",
-        json!({"sessionId": session, "epoch": "5"}),
-    );
-    f.put_row("/threads", "t2", json!({"sessionId": session}));
-    let release = |id: &str| {
-        let row = json!([{"sessionId": session, "namespace": "/threads", "id": id, "epoch": ""}]);
-        f.post("release", &f.token, &row)
-    };
-    let r = release("t1");
-    assert_eq!((r.status, r.json()), (200, json!({"released": 0})));
-    assert!(
-        f.row("/threads", "t1").is_some(),
-        "a row with an epoch stays"
-    );
-    let r = release("t2");
-    assert_eq!((r.status, r.json()), (200, json!({"released": 1})));
-    assert!(f.row("/threads", "t2").is_none());
-    // Anything else but digits is still refused.
-    let bad = json!([{"sessionId": session, "namespace": "/threads", "id": "t1", "epoch": "5a"}]);
-    assert_eq!(f.post("release", &f.token, &bad).status, 400);
 }
 
 /// `envs` names every registered namespace's env, `takeover` is the effective one.

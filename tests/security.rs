@@ -451,12 +451,8 @@ fn m2_named_advertise_hosts_resolve_off_the_core() {
             scopes: vec!["pinboard:worker".into()],
             namespaces: vec!["*".into()],
             backend_hosts: vec!["*".into()],
-            ports: vec![],
-            hostnames: vec![],
-            envs: vec![],
             ttl_secs: 3600,
-            issuer: None,
-            audience: None,
+            ..Default::default()
         },
     )
     .unwrap();
