@@ -1,4 +1,4 @@
-//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 1, ARGV 13, as
+//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 6, ARGV 12, as
 //! `placement::resolve` builds it), with the client's hand-written encoder into a reused buffer,
 //! against redis-protocol's encoder fed a `BytesFrame` array built per command (what the
 //! owned-frame API needs), and fed a `BorrowedFrame` array built on the stack.
@@ -11,10 +11,15 @@ use pinboard::redis::{RESOLVE, encode_command};
 use redis_protocol::resp2::encode::{extend_encode, extend_encode_borrowed};
 use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
 
-const KEY: &[u8] = b"pinboard:{17}:";
-const ARGS: [&[u8]; 13] = [
-    b"default",
-    b"/threads",
+const KEYS: [&[u8]; 6] = [
+    b"pinboard:{7}:default:/threads:placements",
+    b"pinboard:{7}:workers",
+    b"pinboard:{7}:default:/threads:overwritten",
+    b"pinboard:{7}:nsw:/threads",
+    b"pinboard:{7}:boot_time",
+    b"pinboard:{7}:epoch",
+];
+const ARGS: [&[u8]; 12] = [
     b"abc123",
     b"",
     b"15000",
@@ -23,9 +28,10 @@ const ARGS: [&[u8]; 13] = [
     b"",
     b"2",
     b"[]",
-    b"0.8154360929416373",
-    b"0.24211950476474906",
+    b"2715383210",
+    b"1039870455",
     b"",
+    b"0",
 ];
 
 fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
@@ -35,15 +41,15 @@ fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     )
 }
 
-fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 17] {
-    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("17 arguments")))
+fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 21] {
+    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("21 arguments")))
 }
 
 fn encode(c: &mut Criterion) {
     let sha = RESOLVE.sha().as_bytes();
-    let head: [&[u8]; 3] = [b"EVALSHA", sha, b"1"];
-    let parts: [&[&[u8]]; 3] = [&head, &[KEY], &ARGS];
-    let all = || head.iter().chain([&KEY]).chain(ARGS.iter()).copied();
+    let head: [&[u8]; 3] = [b"EVALSHA", sha, b"6"];
+    let parts: [&[&[u8]]; 3] = [&head, &KEYS, &ARGS];
+    let all = || head.iter().chain(KEYS.iter()).chain(ARGS.iter()).copied();
 
     let mut hand = BytesMut::new();
     encode_command(&mut hand, &parts);

@@ -1,17 +1,21 @@
 -- Placement: the one live owner of (env, namespace, id), decided atomically in the id's bucket.
 --
--- KEYS[1]  bucket key prefix ("{prefix}{b}:")
--- ARGV[1]  env            ARGV[2] namespace        ARGV[3] id
--- ARGV[4]  hostname of the request ('' in single mode)
--- ARGV[5]  lease TTL (ms)
--- ARGV[6]  excluded sessionId ('' for none): a worker that just refused this activation
--- ARGV[7]  preferred sessionId ('' for none): a caller-attested request's own session
--- ARGV[8]  affinity key ('' for none)
--- ARGV[9]  balance factor
--- ARGV[10] JSON [sessionId, ...] this node has ejected as outliers
--- ARGV[11] ARGV[12]  two random unsigned integers for the power-of-two choice
--- ARGV[13] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
--- ARGV[14] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
+-- Every key it touches is declared, so that Redis Cluster refuses to run it while a slot
+-- migration has split them between two nodes (ASK, then TRYAGAIN until the slot settles):
+-- KEYS[1]  the placements hash of (env, ns)     KEYS[2] the bucket's worker copies
+-- KEYS[3]  the overwritten hash of (env, ns)    KEYS[4] the namespace list of {hostname}{ns}
+-- KEYS[5]  the bucket's boot_time               KEYS[6] the bucket's epoch counter
+--
+-- ARGV[1]  id             ARGV[2] hostname of the request ('' in single mode)
+-- ARGV[3]  lease TTL (ms)
+-- ARGV[4]  excluded sessionId ('' for none): a worker that just refused this activation
+-- ARGV[5]  preferred sessionId ('' for none): a caller-attested request's own session
+-- ARGV[6]  affinity key ('' for none)
+-- ARGV[7]  balance factor
+-- ARGV[8]  JSON [sessionId, ...] this node has ejected as outliers
+-- ARGV[9] ARGV[10]  two random unsigned integers for the power-of-two choice
+-- ARGV[11] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
+-- ARGV[12] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
 --
 -- Returns a flat array so the hot path parses no JSON:
 --   {'forward', sessionId, epoch, advertiseUrl, secret, placed ('1' new | '0' existing),
@@ -20,16 +24,14 @@
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
 --   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
-local K = KEYS[1]
-local env, ns, id, hostname = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local lease = tonumber(ARGV[5])
-local excluded, preferred, affinity = ARGV[6], ARGV[7], ARGV[8]
-local balance = tonumber(ARGV[9])
+local placements, workers, overwritten, list, boot_key, epoch_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, hostname = ARGV[1], ARGV[2]
+local lease = tonumber(ARGV[3])
+local excluded, preferred, affinity = ARGV[4], ARGV[5], ARGV[6]
+local balance = tonumber(ARGV[7])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local placements = K .. env .. ':' .. ns .. ':placements'
-local workers = K .. 'workers'
 
 -- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
 -- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.
@@ -44,7 +46,7 @@ if raw then
     local fenced = old.expiry and old.expiry <= now
     if owner.expiry > now and not fenced then
       if hostname ~= '' and owner.hostname ~= hostname then
-        if ARGV[13] == 'deny' then
+        if ARGV[11] == 'deny' then
           return {'takeover-denied'}
         end
         if not old.expiry then
@@ -54,26 +56,25 @@ if raw then
         return {'takeover-pending', tostring(old.expiry - now)}
       end
       return {'forward', old.sessionId, old.epoch or '', owner.advertiseUrl, owner.secret, '0',
-        tostring(redis.call('HEXISTS', K .. env .. ':' .. ns .. ':overwritten', id)), ''}
+        tostring(redis.call('HEXISTS', overwritten, id)), ''}
     end
   end
 end
 
 -- A displaced (hostname, ns) takes no new placements for a lease; ids with a row bypass it.
-if not raw and tonumber(ARGV[14]) > 0 then
-  return {'binding-quarantine', ARGV[14]}
+if not raw and tonumber(ARGV[12]) > 0 then
+  return {'binding-quarantine', ARGV[12]}
 end
 
 -- 2. The namespace must have (had) workers here.
-local list = K .. 'nsw:' .. hostname .. ns
 if redis.call('EXISTS', list) == 0 then
   return {'unknown-ns'}
 end
 
 -- 3. Cold start: a bucket first seen now waits one lease for workers to re-register, so a
 -- restarted registry does not re-place ids their old owners still hold.
-redis.call('SET', K .. 'boot_time', now, 'NX')
-local boot = tonumber(redis.call('GET', K .. 'boot_time'))
+redis.call('SET', boot_key, now, 'NX')
+local boot = tonumber(redis.call('GET', boot_key))
 if boot + lease > now then
   return {'quarantine', tostring(boot + lease - now)}
 end
@@ -81,7 +82,7 @@ end
 -- 4. Candidates: live, not draining, not degraded, not excluded, with enough lease left.
 local margin = math.min(5000, lease / 3)
 local ejected = {}
-for _, s in ipairs(cjson.decode(ARGV[10])) do
+for _, s in ipairs(cjson.decode(ARGV[8])) do
   ejected[s] = true
 end
 local healthy, outliers = {}, {}
@@ -138,20 +139,20 @@ end
 
 -- 6. Otherwise power of two: two random candidates, the higher headroom wins.
 if not chosen then
-  local a = candidates[(tonumber(ARGV[11]) % #candidates) + 1]
-  local b = candidates[(tonumber(ARGV[12]) % #candidates) + 1]
+  local a = candidates[(tonumber(ARGV[9]) % #candidates) + 1]
+  local b = candidates[(tonumber(ARGV[10]) % #candidates) + 1]
   chosen = (b.headroom > a.headroom) and b or a
 end
 
 -- 7. Mint the epoch, list the overwritten row, take one unit of headroom, write the row.
-local last = tonumber(redis.call('GET', K .. 'epoch') or '0')
+local last = tonumber(redis.call('GET', epoch_key) or '0')
 local previous = (old and old.epoch) and tonumber(old.epoch) or 0
 local epoch = math.max(now, previous + 1, last + 1)
-redis.call('SET', K .. 'epoch', string.format('%d', epoch))
+redis.call('SET', epoch_key, string.format('%d', epoch))
 -- A placeholder never had an owner to fence off: nothing to list.
 local displaced = old and type(old.sessionId) == 'string' and old.sessionId ~= ''
 if displaced then
-  redis.call('HSET', K .. env .. ':' .. ns .. ':overwritten', id, old.epoch or '')
+  redis.call('HSET', overwritten, id, old.epoch or '')
 end
 local rec = cjson.decode(redis.call('HGET', workers, chosen.sid))
 rec.headroom = rec.headroom - 1

@@ -184,10 +184,16 @@ fn response_head_allocates_nothing() {
 
 #[test]
 fn resolve_command_encoding_allocates_nothing() {
-    let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"1"];
-    let args: [&[u8]; 13] = [
-        b"default",
-        b"/threads",
+    let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"6"];
+    let keys: [&[u8]; 6] = [
+        b"pinboard:{7}:default:/threads:placements",
+        b"pinboard:{7}:workers",
+        b"pinboard:{7}:default:/threads:overwritten",
+        b"pinboard:{7}:nsw:/threads",
+        b"pinboard:{7}:boot_time",
+        b"pinboard:{7}:epoch",
+    ];
+    let args: [&[u8]; 12] = [
         b"abc123",
         b"",
         b"15000",
@@ -196,11 +202,12 @@ fn resolve_command_encoding_allocates_nothing() {
         b"",
         b"2",
         b"[]",
-        b"0.8154360929416373",
-        b"0.24211950476474906",
+        b"2715383210",
+        b"1039870455",
         b"",
+        b"0",
     ];
-    let parts: [&[&[u8]]; 3] = [&head, &[b"pinboard:{17}:"], &args];
+    let parts: [&[&[u8]]; 3] = [&head, &keys, &args];
     let mut buf = BytesMut::new();
     let n = allocations_after_warm_up(|| {
         buf.clear();

@@ -74,11 +74,8 @@ async fn quarantine_ms(core: &Core) -> Result<u64, Error> {
         .as_int()
         .unwrap_or_default();
     let lease = core.shared.config.lease_ttl_ms as i64;
-    let keys: Vec<String> = (0..core.keys.shards())
-        .map(|b| format!("{}boot_time", core.keys.bucket(b)))
-        .collect();
-    let reads = keys.iter().map(|key| async move {
-        let args: [&[u8]; 2] = [b"GET", key.as_bytes()];
+    let reads = (0..core.keys.shards()).map(|b| async move {
+        let args: [&[u8]; 2] = [b"GET", core.keys.bucket_keys(b).boot_time.as_bytes()];
         core.redis.cmd(&args).await
     });
     let mut longest = 0;

@@ -91,11 +91,8 @@ async fn current_headroom(core: &Core, sessions: &mut [Session]) -> Result<(), E
     if sessions.is_empty() {
         return Ok(());
     }
-    let keys: Vec<String> = (0..core.keys.shards())
-        .map(|b| format!("{}workers", core.keys.bucket(b)))
-        .collect();
-    let reads = keys.iter().map(|key| {
-        let mut args: Vec<&[u8]> = vec![b"HMGET", key.as_bytes()];
+    let reads = (0..core.keys.shards()).map(|b| {
+        let mut args: Vec<&[u8]> = vec![b"HMGET", core.keys.bucket_keys(b).workers.as_bytes()];
         args.extend(sessions.iter().map(|s| s.session_id.as_bytes()));
         async move { core.redis.cmd(&args).await }
     });

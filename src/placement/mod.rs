@@ -185,14 +185,27 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
     let quarantine = quarantine.format(req.binding_quarantine);
     let ejected = core.proxy.ejected_json();
     let constants = &core.resolve_constants;
+    // Every key the script touches, declared: on a resharding Redis Cluster a script whose
+    // keys are split between two nodes is refused (ASK, then TRYAGAIN) instead of running
+    // against half of them, which could place a placed id again.
+    let keys = &core.keys;
+    let fixed = keys.bucket_keys(bucket);
+    let placements = keys.placements(bucket, req.env, req.ns);
+    let overwritten = keys.overwritten(bucket, req.env, req.ns);
+    let nsw = keys.nsw(bucket, req.hostname, req.ns);
     let reply = core
         .redis
         .evalsha(
             &RESOLVE,
-            &[core.keys.bucket(bucket).as_bytes()],
             &[
-                req.env.as_bytes(),
-                req.ns.as_bytes(),
+                placements.as_bytes(),
+                fixed.workers.as_bytes(),
+                overwritten.as_bytes(),
+                nsw.as_bytes(),
+                fixed.boot_time.as_bytes(),
+                fixed.epoch.as_bytes(),
+            ],
+            &[
                 req.id.as_bytes(),
                 req.hostname.as_bytes(),
                 constants.lease.as_bytes(),

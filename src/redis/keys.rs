@@ -18,14 +18,24 @@ pub struct Keys {
     prefix: String,
     registry: String,
     buckets: Vec<String>,
+    fixed: Vec<BucketKeys>,
 }
 
 impl Keys {
     pub fn new(prefix: impl Into<String>, shards: u32) -> Keys {
         let prefix = prefix.into();
+        let buckets: Vec<String> = (0..shards).map(|b| format!("{prefix}{{{b}}}:")).collect();
         Keys {
             registry: format!("{prefix}{{r}}:"),
-            buckets: (0..shards).map(|b| format!("{prefix}{{{b}}}:")).collect(),
+            fixed: buckets
+                .iter()
+                .map(|b| BucketKeys {
+                    workers: format!("{b}workers"),
+                    boot_time: format!("{b}boot_time"),
+                    epoch: format!("{b}epoch"),
+                })
+                .collect(),
+            buckets,
             prefix,
         }
     }
@@ -49,6 +59,31 @@ impl Keys {
     pub fn placements(&self, bucket: u32, env: &str, ns: &str) -> String {
         format!("{}{{{bucket}}}:{env}:{ns}:placements", self.prefix)
     }
+
+    /// The overwritten hash of (bucket, env, namespace): id → epoch of the row a re-placement
+    /// displaced.
+    pub fn overwritten(&self, bucket: u32, env: &str, ns: &str) -> String {
+        format!("{}{{{bucket}}}:{env}:{ns}:overwritten", self.prefix)
+    }
+
+    /// The namespace list of `{hostname}{ns}` in a bucket (`hostname` is `""` in single mode).
+    pub fn nsw(&self, bucket: u32, hostname: &str, ns: &str) -> String {
+        format!("{}{{{bucket}}}:nsw:{hostname}{ns}", self.prefix)
+    }
+
+    /// A bucket's fixed keys, formatted once: its worker copies, its cold-start stamp and its
+    /// epoch counter.
+    pub fn bucket_keys(&self, bucket: u32) -> &BucketKeys {
+        &self.fixed[bucket as usize]
+    }
+}
+
+/// The keys every bucket has exactly one of.
+#[derive(Clone, Debug)]
+pub struct BucketKeys {
+    pub workers: String,
+    pub boot_time: String,
+    pub epoch: String,
 }
 
 #[cfg(test)]

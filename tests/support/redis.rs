@@ -291,6 +291,14 @@ impl RedisCluster {
     /// Marks `slot` migrating from `from` to `to` and moves all its keys over. Until
     /// `finish_migration`, `from` answers ASK for the slot's keys.
     pub fn start_migration(&self, slot: u16, from: usize, to: usize) {
+        self.mark_migrating(slot, from, to);
+        let keys = self.nodes[from].cli(&["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "100000"]);
+        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+        self.migrate_keys(from, to, &keys);
+    }
+
+    /// `CLUSTER SETSLOT … IMPORTING` on `to`, then `… MIGRATING` on `from`: nothing moved yet.
+    pub fn mark_migrating(&self, slot: u16, from: usize, to: usize) {
         let slot = slot.to_string();
         let (source, target) = (&self.nodes[from], &self.nodes[to]);
         target.cli(&[
@@ -301,14 +309,17 @@ impl RedisCluster {
             &self.node_id(from),
         ]);
         source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &self.node_id(to)]);
-        let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100000"]);
-        let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
-        if !keys.is_empty() {
-            let port = target.port.to_string();
-            let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-            migrate.extend(keys);
-            assert_eq!(source.cli(&migrate), "OK");
+    }
+
+    /// Moves `keys` (all of one slot) from `from` to `to` with one `MIGRATE … KEYS`.
+    pub fn migrate_keys(&self, from: usize, to: usize, keys: &[&str]) {
+        if keys.is_empty() {
+            return;
         }
+        let port = self.nodes[to].port.to_string();
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        migrate.extend_from_slice(keys);
+        assert_eq!(self.nodes[from].cli(&migrate), "OK");
     }
 
     /// Assigns `slot` to `to` on every node, the target first as Redis recommends.
