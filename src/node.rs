@@ -95,7 +95,13 @@ impl Core {
     /// Must run inside the core's event loop: the Redis connection is driven by it.
     pub fn new(shared: Arc<Shared>, index: usize) -> Core {
         let config = &shared.config;
-        let redis = Redis::connect(&config.redis_url, RedisOptions::default());
+        let redis = Redis::connect(
+            &config.redis_url,
+            RedisOptions {
+                request_timeout: Duration::from_millis(config.redis_timeout_ms),
+                ..RedisOptions::default()
+            },
+        );
         let keys = Keys::new(config.prefix.clone(), config.shards);
         let proxy = Proxy::new(config.forwards.max_inflight, shared.inflight.clone());
         Core {

@@ -56,6 +56,9 @@ pub struct Config {
     pub lease_ttl_ms: u64,
     /// Timeout of the registration / heartbeat challenge probe in ms, 1–86400000. Default 2500.
     pub verify_timeout_ms: u64,
+    /// Bound on one Redis request, from sending it to its reply, in ms, 1–86400000. Default
+    /// 2000. Past it the request answers 503 `registry unavailable, retry` (contract §8).
+    pub redis_timeout_ms: u64,
     /// Prefix of `/registry/*` and of the data plane; `/healthz`, `/readyz` and `/metrics` stay at
     /// the root. Default "" (the root); otherwise a path like `/edge`: a leading `/`, no trailing
     /// `/`, no empty segment, no `?`, `#` or whitespace. Nothing is normalised: write it exactly.
@@ -230,6 +233,7 @@ impl Default for Config {
             hostname_aware: false,
             lease_ttl_ms: 15_000,
             verify_timeout_ms: 2_500,
+            redis_timeout_ms: 2_000,
             base_path: String::new(),
             balance_factor: 2.0,
             affinity: Affinity::Ip,
@@ -500,6 +504,7 @@ shards = 64
 hostname_aware = true
 lease_ttl_ms = 20000
 verify_timeout_ms = 1000
+redis_timeout_ms = 700
 base_path = "/edge"
 balance_factor = 1.5
 affinity = "header:X-User"
@@ -542,6 +547,7 @@ write_timeout_ms = 3000
             hostname_aware: true,
             lease_ttl_ms: 20_000,
             verify_timeout_ms: 1_000,
+            redis_timeout_ms: 700,
             base_path: "/edge".into(),
             balance_factor: 1.5,
             affinity: Affinity::Header("x-user".into()),
@@ -647,6 +653,7 @@ write_timeout_ms = 3000
             ("PINBOARD_HOSTNAME_AWARE", "true"),
             ("PINBOARD_LEASE_TTL_MS", "20000"),
             ("PINBOARD_VERIFY_TIMEOUT_MS", "1000"),
+            ("PINBOARD_REDIS_TIMEOUT_MS", "700"),
             ("PINBOARD_BASE_PATH", "/edge"),
             ("PINBOARD_BALANCE_FACTOR", "1.5"),
             ("PINBOARD_AFFINITY", "header:X-User"),

@@ -17,7 +17,11 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(env: &[(&str, &str)]) -> Fixture {
-        let redis = RedisServer::start();
+        Fixture::on(RedisServer::start(), env)
+    }
+
+    /// A node on a redis-server the test started its own way (with persistence, say).
+    pub fn on(redis: RedisServer, env: &[(&str, &str)]) -> Fixture {
         let mut env = env.to_vec();
         env.push(("PINBOARD_SHARDS", "4"));
         env.push(("PINBOARD_VERIFY_TIMEOUT_MS", "500"));

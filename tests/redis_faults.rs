@@ -1,0 +1,148 @@
+//! When Redis cannot answer (contract §8): the node answers 503 `registry unavailable, retry` +
+//! `Retry-After: 1` on the data plane and the registry, never 500, keeps `/registry/health`
+//! at 200, and recovers by itself once Redis is back. Real redis-servers, killed and paused.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use support::fleet::Fixture;
+use support::http::get;
+use support::node::{eventually, token};
+use support::redis::RedisServer;
+use support::worker::TestWorker;
+
+/// The answers a request may get while Redis is away: served, or one of the spec's 503s.
+fn acceptable(status: u16, body: &str, retry_after: Option<&str>) -> bool {
+    match status {
+        200 => true,
+        503 => {
+            retry_after.is_some()
+                && [
+                    r#"{"error":"registry unavailable, retry"}"#,
+                    r#"{"error":"not the serving fleet"}"#,
+                ]
+                .contains(&body)
+        }
+        _ => false,
+    }
+}
+
+/// Requests `ids` round and round from two threads until `stop`; returns (answers, 503s) and
+/// panics on any answer that is neither 200 nor a spec 503.
+fn load(addr: std::net::SocketAddr, ids: Vec<String>, stop: Arc<AtomicBool>) -> (u64, u64) {
+    let (mut answers, mut unavailable) = (0, 0);
+    while !stop.load(Ordering::SeqCst) {
+        for id in &ids {
+            let r = get(addr, &format!("/threads/{id}"), None);
+            let body = r.text();
+            assert!(
+                acceptable(r.status, &body, r.header("retry-after")),
+                "{id}: {} {body}",
+                r.status
+            );
+            answers += 1;
+            unavailable += u64::from(r.status == 503);
+        }
+    }
+    (answers, unavailable)
+}
+
+#[test]
+fn redis_killed_mid_load_never_answers_500_and_recovers() {
+    let redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut f = Fixture::on(redis, &[("PINBOARD_REDIS_TIMEOUT_MS", "500")]);
+    f.warm();
+    let worker = TestWorker::start("w");
+    f.registered(&worker, "w1");
+    let ids: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    for id in &ids {
+        assert_eq!(
+            get(f.node.addr, &format!("/threads/{id}"), None).status,
+            200
+        );
+    }
+    let rows: Vec<_> = ids.iter().map(|id| f.row("/threads", id)).collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaders: Vec<_> = (0..2)
+        .map(|_| {
+            let (ids, stop, addr) = (ids.clone(), stop.clone(), f.node.addr);
+            std::thread::spawn(move || load(addr, ids, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    f.redis.stop();
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(get(f.node.addr, "/registry/health", Some(&ops)).status, 200);
+    f.redis.restart();
+    // Back by itself: every id served again, by the same owner at the same epoch.
+    assert!(
+        eventually(Duration::from_secs(15), || ids.iter().all(|id| get(
+            f.node.addr,
+            &format!("/threads/{id}"),
+            None
+        )
+        .status
+            == 200)),
+        "{}",
+        f.node.log()
+    );
+    stop.store(true, Ordering::SeqCst);
+    let (mut answers, mut unavailable) = (0, 0);
+    for l in loaders {
+        let (a, u) = l.join().unwrap();
+        answers += a;
+        unavailable += u;
+    }
+    eprintln!("{answers} answers during the kill, {unavailable} of them 503");
+    assert!(unavailable > 0, "the kill was seen");
+    let after: Vec<_> = ids.iter().map(|id| f.row("/threads", id)).collect();
+    assert_eq!(rows, after, "no id moved");
+    let health = get(f.node.addr, "/registry/health", Some(&ops)).json();
+    assert!(
+        health["resolutions"]["unavailable"].as_u64().unwrap() > 0,
+        "{health}"
+    );
+}
+
+#[test]
+fn redis_paused_past_the_timeout_answers_503_then_serves() {
+    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let f = Fixture::on(redis, &[("PINBOARD_REDIS_TIMEOUT_MS", "300")]);
+    f.warm();
+    let worker = TestWorker::start("w");
+    let session = f.registered(&worker, "w1");
+    assert_eq!(get(f.node.addr, "/threads/p", None).status, 200);
+
+    // DEBUG SLEEP blocks the server (redis-cli waits for it on its own thread).
+    let port = f.redis.port();
+    let sleeper = std::thread::spawn(move || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "2"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let r = get(f.node.addr, "/threads/p", None);
+    assert_eq!(
+        (r.status, r.text().as_str(), r.header("retry-after")),
+        (503, r#"{"error":"registry unavailable, retry"}"#, Some("1"))
+    );
+    let beat = f.heartbeat(&worker, &session, json!({}));
+    assert_eq!(beat.status, 503, "{}", beat.text());
+    sleeper.join().unwrap();
+    assert!(eventually(Duration::from_secs(5), || get(
+        f.node.addr,
+        "/threads/p",
+        None
+    )
+    .status
+        == 200));
+    assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 200);
+}
