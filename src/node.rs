@@ -1,8 +1,10 @@
 //! A node's state and its request dispatch.
 //!
-//! [`Shared`] is what every core reads (configuration, Passport keys, the stop flag) and is
-//! immutable once serving starts but for that flag. [`Core`] is what one core owns alone: its
-//! Redis connection. `Core` is also the [`Handler`] that decides which module answers a path.
+//! [`Shared`] is what every core reads (configuration, Passport keys, the stop and serving
+//! flags) and is immutable once serving starts but for those flags and a few atomic counters
+//! (per-core counters, the per-worker inflight counts). [`Core`] is what one core owns alone:
+//! its Redis connection, keys and upstream state. `Core` is also the [`Handler`] that decides
+//! which module answers a path, and turns a transient Redis failure into the contract's 503.
 
 use std::borrow::Cow;
 use std::sync::Arc;
