@@ -10,15 +10,37 @@ use support::node::Node;
 use support::redis::RedisCluster;
 use support::worker::TestWorker;
 
+/// `redis-cli -c` against the cluster: it follows redirects to the key's master.
+fn cluster_cli(cluster: &RedisCluster, args: &[&str]) -> String {
+    let mut all = vec!["-c"];
+    all.extend_from_slice(args);
+    cluster.nodes()[0].cli(&all)
+}
+
+/// Registers `worker` for `/threads` as client `c1` of account `acct`; its session.
+fn register(node: &Node, worker: &TestWorker) -> String {
+    let (challenge, value) = worker.challenge();
+    let body = json!({
+        "clientId": "c1", "secret": worker.secret(), "namespaces": ["/threads"],
+        "advertiseUrl": worker.url(), "headroom": 100, "draining": false,
+        "challenge": challenge, "challengeValue": value,
+    });
+    let token = node.worker_token("acct");
+    let r = post_json(
+        node.addr,
+        "/registry/register",
+        Some(&token),
+        &body.to_string(),
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log());
+    r.json()["sessionId"].as_str().unwrap().to_string()
+}
+
 #[test]
 fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     let cluster = RedisCluster::start();
     let node = Node::start(&cluster.url(), &[("PINBOARD_SHARDS", "16")]);
-    let cli = |args: &[&str]| {
-        let mut all = vec!["-c"];
-        all.extend_from_slice(args);
-        cluster.nodes()[0].cli(&all)
-    };
+    let cli = |args: &[&str]| cluster_cli(&cluster, args);
     // The buckets' slots really are spread over the masters.
     let owners: std::collections::BTreeSet<usize> = (0..16)
         .map(|b| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers"))))
@@ -27,20 +49,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
 
     let token = node.worker_token("acct");
     let worker = TestWorker::start("cluster-secret");
-    let (challenge, value) = worker.challenge();
-    let body = json!({
-        "clientId": "c1", "secret": worker.secret(), "namespaces": ["/threads"],
-        "advertiseUrl": worker.url(), "headroom": 100, "draining": false,
-        "challenge": challenge, "challengeValue": value,
-    });
-    let r = post_json(
-        node.addr,
-        "/registry/register",
-        Some(&token),
-        &body.to_string(),
-    );
-    assert_eq!(r.status, 200, "{}\n{}", r.text(), node.log());
-    let session = r.json()["sessionId"].as_str().unwrap().to_string();
+    let session = register(&node, &worker);
     assert!(!cli(&["HGET", "pinboard:{r}:sessions", &session]).is_empty());
     for b in 0..16 {
         assert!(
@@ -102,27 +111,17 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
 #[test]
 fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     let cluster = RedisCluster::start();
-    let node = Node::start(&cluster.url(), &[("PINBOARD_SHARDS", "16")]);
-    let cli = |args: &[&str]| {
-        let mut all = vec!["-c"];
-        all.extend_from_slice(args);
-        cluster.nodes()[0].cli(&all)
-    };
-    let token = node.worker_token("acct");
-    let worker = TestWorker::start("migrating");
-    let (challenge, value) = worker.challenge();
-    let body = json!({
-        "clientId": "c1", "secret": worker.secret(), "namespaces": ["/threads"],
-        "advertiseUrl": worker.url(), "headroom": 100, "draining": false,
-        "challenge": challenge, "challengeValue": value,
-    });
-    let r = post_json(
-        node.addr,
-        "/registry/register",
-        Some(&token),
-        &body.to_string(),
+    // The worker never heartbeats here: its lease must outlive the test.
+    let node = Node::start(
+        &cluster.url(),
+        &[
+            ("PINBOARD_SHARDS", "16"),
+            ("PINBOARD_LEASE_TTL_MS", "300000"),
+        ],
     );
-    assert_eq!(r.status, 200, "{}", r.text());
+    let cli = |args: &[&str]| cluster_cli(&cluster, args);
+    let worker = TestWorker::start("migrating");
+    register(&node, &worker);
     for b in 0..16 {
         cli(&["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"]);
     }
