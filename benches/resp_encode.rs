@@ -11,28 +11,10 @@ use pinboard::redis::{RESOLVE, encode_command};
 use redis_protocol::resp2::encode::{extend_encode, extend_encode_borrowed};
 use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
 
-const KEYS: [&[u8]; 6] = [
-    b"pinboard:{7}:default:/threads:placements",
-    b"pinboard:{7}:workers",
-    b"pinboard:{7}:default:/threads:overwritten",
-    b"pinboard:{7}:nsw:/threads",
-    b"pinboard:{7}:boot_time",
-    b"pinboard:{7}:epoch",
-];
-const ARGS: [&[u8]; 12] = [
-    b"abc123",
-    b"",
-    b"15000",
-    b"",
-    b"",
-    b"",
-    b"2",
-    b"[]",
-    b"2715383210",
-    b"1039870455",
-    b"",
-    b"0",
-];
+#[path = "support/resolve_command.rs"]
+mod resolve_command;
+
+use resolve_command::{ARGS, KEYS};
 
 fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     BytesFrame::Array(

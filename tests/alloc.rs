@@ -15,6 +15,9 @@ use pinboard::proxy::{
 };
 use pinboard::redis::{RESOLVE, encode_command};
 
+#[path = "../benches/support/resolve_command.rs"]
+mod resolve_command;
+
 struct Counting;
 
 thread_local! {
@@ -185,29 +188,7 @@ fn response_head_allocates_nothing() {
 #[test]
 fn resolve_command_encoding_allocates_nothing() {
     let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"6"];
-    let keys: [&[u8]; 6] = [
-        b"pinboard:{7}:default:/threads:placements",
-        b"pinboard:{7}:workers",
-        b"pinboard:{7}:default:/threads:overwritten",
-        b"pinboard:{7}:nsw:/threads",
-        b"pinboard:{7}:boot_time",
-        b"pinboard:{7}:epoch",
-    ];
-    let args: [&[u8]; 12] = [
-        b"abc123",
-        b"",
-        b"15000",
-        b"",
-        b"",
-        b"",
-        b"2",
-        b"[]",
-        b"2715383210",
-        b"1039870455",
-        b"",
-        b"0",
-    ];
-    let parts: [&[&[u8]]; 3] = [&head, &keys, &args];
+    let parts: [&[&[u8]]; 3] = [&head, &resolve_command::KEYS, &resolve_command::ARGS];
     let mut buf = BytesMut::new();
     let n = allocations_after_warm_up(|| {
         buf.clear();
