@@ -103,7 +103,7 @@ struct Failures {
     claimed_once: bool,
     /// Failures since the last success.
     since_success: u64,
-    /// Failures since the last warning about them (0: none said yet).
+    /// Failures since the last warning about them; `None` while none has been said.
     since_said: Option<u64>,
 }
 
