@@ -7,14 +7,15 @@ use std::hint::black_box;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use pinboard::redis::{RESOLVE, encode_command};
+use pinboard::redis::encode_command;
+use pinboard::store::scripts::RESOLVE;
 use redis_protocol::resp2::encode::{extend_encode, extend_encode_borrowed};
 use redis_protocol::resp2::types::{BorrowedFrame, BytesFrame};
 
 #[path = "support/resolve_command.rs"]
 mod resolve_command;
 
-use resolve_command::{ARGS, KEYS};
+use resolve_command::ARGS;
 
 fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     BytesFrame::Array(
@@ -30,8 +31,10 @@ fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>;
 fn encode(c: &mut Criterion) {
     let sha = RESOLVE.sha().as_bytes();
     let head: [&[u8]; 3] = [b"EVALSHA", sha, b"6"];
-    let parts: [&[&[u8]]; 3] = [&head, &KEYS, &ARGS];
-    let all = || head.iter().chain(KEYS.iter()).chain(ARGS.iter()).copied();
+    let keys = resolve_command::keys();
+    let keys = keys.each_ref().map(|k| k.as_bytes());
+    let parts: [&[&[u8]]; 3] = [&head, &keys, &ARGS];
+    let all = || head.iter().chain(keys.iter()).chain(ARGS.iter()).copied();
 
     let mut hand = BytesMut::new();
     encode_command(&mut hand, &parts);

@@ -1,65 +1,118 @@
 -- A worker's copy in one placement bucket, atomic in that bucket's slot. Every bucket holds
 -- the records and namespace lists its resolves read, so resolving touches one slot.
 --
--- KEYS[1]  bucket key prefix ("{prefix}{b}:")
--- ARGV[1]  'put', 'renew' or 'drop'  ARGV[2] sessionId
--- ARGV[3]  bucket record (JSON: expiry, headroom, draining, degraded, namespaces, hostname,
---          env, envs, advertiseUrl, secret) for 'put' and 'renew'; '' for 'drop'
+-- KEYS[1]        the bucket's worker copies
+-- KEYS[2..n+1]   namespace lists, named (as {hostname}{ns}) by ARGV[9] in the same order: the
+--                lists of the copy written, and of every copy the caller read it may drop
+-- KEYS[n+2..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
+--
+-- ARGV[1]  'put' (register), 'renew' (heartbeat) or 'drop'   ARGV[2] sessionId
+-- ARGV[3]  the copy (JSON, store::BucketCopy) for 'put' and 'renew'; '' for 'drop'
 -- ARGV[4]  lease TTL (ms)
--- ARGV[5]  'prune' to drop records dead for more than a lease (register), '' otherwise
+-- ARGV[5]  'prune' to delete copies dead for more than a lease (register), '' otherwise
 -- ARGV[6]  session this registration replaces, or ''
 -- ARGV[7]  prevSessionId whose rows to reclaim, or ''
--- ARGV[8]  JSON [[env, ns, id], ...]: ids the worker still holds in this bucket
+-- ARGV[8]  JSON [[index into KEYS of its placements hash, ns, id], ...]: ids still held here
+-- ARGV[9]  JSON [{hostname}{ns}, ...]: the names of KEYS[2..n+1]
 --
--- Returns JSON {duplicates = [[ns, id]...], windDowns = [[ns, id, expiry]...]}.
-local K = KEYS[1]
+-- A drop leaves a tombstone ({expiry = now, dropped = true}) that no list names, pruned like any
+-- copy dead for a lease: a heartbeat that raced the drop finds it and writes nothing back. A
+-- renew whose copy is missing altogether (the bucket lost its keys) writes it again: the
+-- caller renews only a session the registry holds live.
+--
+-- Returns JSON {stale = true} when a copy to drop is in a list the caller did not declare
+-- (it re-reads and retries; nothing was written), else
+-- {duplicates = [[ns, id]...], windDowns = [[ns, id, expiry]...], healed = true|false}.
+local workers = KEYS[1]
 local op, sid = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
-local function nslist(record, ns)
-  return K .. 'nsw:' .. (record.hostname or '') .. ns
+local lists = {}
+for i, name in ipairs(cjson.decode(ARGV[9])) do
+  lists[name] = KEYS[i + 1]
 end
-
-local function drop(id)
-  local record = redis.call('HGET', K .. 'workers', id)
-  if record then
-    record = cjson.decode(record)
-    for _, ns in ipairs(record.namespaces) do
-      redis.call('SREM', nslist(record, ns), id)
+-- The lists a copy is a member of, or nil when one of them was not declared.
+local function lists_of(copy)
+  local keys = {}
+  for _, ns in ipairs(copy.namespaces or {}) do
+    local key = lists[(copy.hostname or '') .. ns]
+    if not key then
+      return nil
     end
-    redis.call('HDEL', K .. 'workers', id)
+    keys[#keys + 1] = key
+  end
+  return keys
+end
+local function leave(id, keys)
+  for _, key in ipairs(keys) do
+    redis.call('SREM', key, id)
   end
 end
-
-if op == 'drop' then
-  drop(sid)
-  return cjson.encode({duplicates = {}, windDowns = {}})
-end
--- A heartbeat only refreshes a copy its registration wrote: when a deregister, a voided or
--- superseded registration, or a replacing one dropped the copy while this heartbeat was in
--- flight, writing it back would resurrect a session the registry no longer has.
-if op == 'renew' and redis.call('HEXISTS', K .. 'workers', sid) == 0 then
-  return cjson.encode({duplicates = {}, windDowns = {}})
+local function done(healed)
+  return cjson.encode({duplicates = {}, windDowns = {}, healed = healed})
 end
 
+-- Every drop is checked before anything is written.
+local drops = {}
+local function plan_drop(id)
+  local raw = redis.call('HGET', workers, id)
+  if raw then
+    local keys = lists_of(cjson.decode(raw))
+    if not keys then
+      return false
+    end
+    drops[#drops + 1] = {id, keys}
+  end
+  return true
+end
+if op == 'drop' and not plan_drop(sid) then
+  return cjson.encode({stale = true})
+end
+if ARGV[6] ~= '' and not plan_drop(ARGV[6]) then
+  return cjson.encode({stale = true})
+end
+local pruned = {}
 if ARGV[5] == 'prune' then
-  local all = redis.call('HGETALL', K .. 'workers')
+  local all = redis.call('HGETALL', workers)
   for i = 1, #all, 2 do
-    if cjson.decode(all[i + 1]).expiry + lease < now then
-      drop(all[i])
+    local copy = cjson.decode(all[i + 1])
+    local keys = lists_of(copy)
+    -- A copy in a list this call does not hold waits for the next prune.
+    if copy.expiry + lease < now and keys then
+      pruned[#pruned + 1] = {all[i], keys}
     end
   end
 end
-if ARGV[6] ~= '' then
-  drop(ARGV[6])
+
+for _, d in ipairs(drops) do
+  leave(d[1], d[2])
+  redis.call('HSET', workers, d[1], cjson.encode({expiry = now, dropped = true}))
+end
+for _, p in ipairs(pruned) do
+  leave(p[1], p[2])
+  redis.call('HDEL', workers, p[1])
+end
+if op == 'drop' then
+  return done(false)
 end
 
-local record = cjson.decode(ARGV[3])
-redis.call('HSET', K .. 'workers', sid, ARGV[3])
-for _, ns in ipairs(record.namespaces) do
-  redis.call('SADD', nslist(record, ns), sid)
+local healed = false
+if op == 'renew' then
+  local current = redis.call('HGET', workers, sid)
+  if current and cjson.decode(current).dropped then
+    return done(false)
+  end
+  healed = not current
+end
+local copy = cjson.decode(ARGV[3])
+local keys = lists_of(copy)
+if not keys then
+  return redis.error_reply('ERR bucket_worker: the copy names a list not in KEYS')
+end
+redis.call('HSET', workers, sid, ARGV[3])
+for _, key in ipairs(keys) do
+  redis.call('SADD', key, sid)
 end
 
 -- Reclaim: rows still owned by the previous session move to this one with their epoch (and
@@ -67,15 +120,14 @@ end
 local duplicates, wind_downs = {}, {}
 local prev = ARGV[7]
 for _, held in ipairs(cjson.decode(ARGV[8])) do
-  local env, ns, id = held[1], held[2], held[3]
-  local key = K .. env .. ':' .. ns .. ':placements'
-  local row = redis.call('HGET', key, id)
+  local placements, ns, id = KEYS[held[1]], held[2], held[3]
+  local row = redis.call('HGET', placements, id)
   local claimed = false
   if row and prev ~= '' then
     row = cjson.decode(row)
     if row.sessionId == prev then
       row.sessionId = sid
-      redis.call('HSET', key, id, cjson.encode(row))
+      redis.call('HSET', placements, id, cjson.encode(row))
       claimed = true
       if row.expiry then
         wind_downs[#wind_downs + 1] = {ns, id, row.expiry}
@@ -86,4 +138,4 @@ for _, held in ipairs(cjson.decode(ARGV[8])) do
     duplicates[#duplicates + 1] = {ns, id}
   end
 end
-return cjson.encode({duplicates = duplicates, windDowns = wind_downs})
+return cjson.encode({duplicates = duplicates, windDowns = wind_downs, healed = healed})

@@ -2,7 +2,9 @@
 -- store headroom / draining / degraded, check the hostname bindings still name this session's
 -- envs, take acks and peek the control queue.
 --
--- KEYS[1]  registry key prefix
+-- KEYS[1]  sessions   KEYS[2] bind:hosts   KEYS[3] the session's control queue
+-- KEYS[4]  the drain of the session's client (the caller read the clientId from the record:
+--          a session's client never changes)
 -- ARGV[1]  sessionId     ARGV[2] headroom      ARGV[3] draining ('1' | '0')
 -- ARGV[4]  probe outcome: 'pass' | 'degraded'
 -- ARGV[5]  acks: JSON [msgId, ...]
@@ -10,13 +12,12 @@
 --
 -- Returns JSON {unknown = true} | {superseded = "..."} (nothing written) |
 -- {session, now, drain = {deadline}|false, messages = [{msgId, ns, id, deadline|false}]}.
-local K = KEYS[1]
+local sessions, hosts, queue, drain_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid = ARGV[1]
 local lease = tonumber(ARGV[6])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
-local raw = redis.call('HGET', K .. 'sessions', sid)
+local raw = redis.call('HGET', sessions, sid)
 if not raw then
   return cjson.encode({unknown = true})
 end
@@ -31,7 +32,7 @@ end
 if s.hostname then
   for _, ns in ipairs(s.namespaces) do
     local mine = s.envs[ns] or s.env
-    local bound = redis.call('HGET', K .. 'bind:hosts', s.hostname .. ns)
+    local bound = redis.call('HGET', hosts, s.hostname .. ns)
     if bound then
       bound = cjson.decode(bound)
       if bound.env ~= mine then
@@ -43,7 +44,7 @@ if s.hostname then
 end
 
 local expiry = now + lease
-local drain = redis.call('GET', K .. 'drain:' .. s.clientId)
+local drain = redis.call('GET', drain_key)
 if drain then
   drain = cjson.decode(drain)
   -- A timed drain ends the lease at its deadline; past it the drain only cordons (a session
@@ -62,10 +63,9 @@ if ARGV[4] == 'pass' then
 elseif not s.degradedSince then
   s.degradedSince = now
 end
-redis.call('HSET', K .. 'sessions', sid, cjson.encode(s))
+redis.call('HSET', sessions, sid, cjson.encode(s))
 
 -- Control messages: acked ones go; the rest are re-delivered on every ack.
-local queue = K .. 'control:' .. sid
 for _, id in ipairs(cjson.decode(ARGV[5])) do
   redis.call('HDEL', queue, tostring(id))
 end

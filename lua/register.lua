@@ -1,6 +1,12 @@
 -- The registry half of POST /registry/register, atomic in the registry slot.
 --
--- KEYS[1]  registry key prefix ("{prefix}{r}:")
+-- KEYS[1]  sessions      KEYS[2] clients        KEYS[3] bind:hosts
+-- KEYS[4]  bind:envs     KEYS[5] bind:quarantine
+-- KEYS[6]  the client's drain
+--
+-- The control queues of the sessions it prunes or replaces are not deleted here (they are not
+-- its keys): every queue expires two leases after its last write or peek.
+--
 -- ARGV[1]  new sessionId            ARGV[2] account (credential sub)
 -- ARGV[3]  clientId                 ARGV[4] session record (JSON, expiry filled in here)
 -- ARGV[5]  lease TTL (ms)           ARGV[6] binding epoch (integer)
@@ -12,18 +18,18 @@
 -- {expiry, now, drain = {deadline = ms}|false, replaced = old sessionId|false,
 --  reclaim = prevSessionId|false}: reclaim is the previous session only when it was this
 -- account's and this client's, so no credential can take over another worker's rows.
-local K = KEYS[1]
+local sessions, clients, hosts, envs, quarantine, drain_key =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, account, client = ARGV[1], ARGV[2], ARGV[3]
 local session = cjson.decode(ARGV[4])
 local lease = tonumber(ARGV[5])
 local epoch = tonumber(ARGV[6])
 local hosts_wanted = cjson.decode(ARGV[7])
 local envs_wanted = cjson.decode(ARGV[8])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- Ownership: a clientId belongs to the first account that registered it.
-local owner = redis.call('HGET', K .. 'clients', client)
+local owner = redis.call('HGET', clients, client)
 if owner then
   owner = cjson.decode(owner)
   if owner.account ~= account then
@@ -37,7 +43,7 @@ end
 local reclaim = false
 local prev = ARGV[9]
 if prev ~= '' then
-  local ps = redis.call('HGET', K .. 'sessions', prev)
+  local ps = redis.call('HGET', sessions, prev)
   if ps then
     ps = cjson.decode(ps)
     if ps.account == account and ps.clientId == client then
@@ -52,7 +58,7 @@ end
 local host_writes, env_writes = {}, {}
 for _, want in ipairs(hosts_wanted) do
   local key, env = want[1], want[2]
-  local bound = redis.call('HGET', K .. 'bind:hosts', key)
+  local bound = redis.call('HGET', hosts, key)
   if bound then
     bound = cjson.decode(bound)
     if bound.env ~= env and epoch <= bound.epoch then
@@ -68,7 +74,7 @@ for _, want in ipairs(hosts_wanted) do
 end
 for _, want in ipairs(envs_wanted) do
   local env, takeover = want[1], want[2]
-  local bound = redis.call('HGET', K .. 'bind:envs', env)
+  local bound = redis.call('HGET', envs, env)
   if bound then
     bound = cjson.decode(bound)
     if bound.takeover ~= takeover and epoch <= bound.epoch then
@@ -84,28 +90,27 @@ for _, want in ipairs(envs_wanted) do
 end
 
 for _, w in ipairs(host_writes) do
-  redis.call('HSET', K .. 'bind:hosts', w[1], cjson.encode({env = w[2], epoch = epoch}))
+  redis.call('HSET', hosts, w[1], cjson.encode({env = w[2], epoch = epoch}))
   if w[3] then
     -- Displaced: new placements in this (hostname, ns) wait one lease for the old env's
     -- workers to hear they were superseded.
-    redis.call('HSET', K .. 'bind:quarantine', w[1], now + lease)
+    redis.call('HSET', quarantine, w[1], now + lease)
   end
 end
 for _, w in ipairs(env_writes) do
-  redis.call('HSET', K .. 'bind:envs', w[1], cjson.encode({takeover = w[2], epoch = epoch}))
+  redis.call('HSET', envs, w[1], cjson.encode({takeover = w[2], epoch = epoch}))
 end
 
 -- Prune sessions dead for more than a lease, and the bindings no live session uses.
 local live_hosts, live_envs = {}, {}
-local all = redis.call('HGETALL', K .. 'sessions')
+local all = redis.call('HGETALL', sessions)
 for i = 1, #all, 2 do
   local s = cjson.decode(all[i + 1])
   if s.expiry + lease < now then
-    redis.call('HDEL', K .. 'sessions', all[i])
-    redis.call('DEL', K .. 'control:' .. all[i])
-    local c = redis.call('HGET', K .. 'clients', s.clientId)
+    redis.call('HDEL', sessions, all[i])
+    local c = redis.call('HGET', clients, s.clientId)
     if c and cjson.decode(c).sessionId == all[i] then
-      redis.call('HDEL', K .. 'clients', s.clientId)
+      redis.call('HDEL', clients, s.clientId)
     end
   elseif s.expiry > now and s.hostname then
     for _, ns in ipairs(s.namespaces) do
@@ -119,35 +124,34 @@ for i = 1, #all, 2 do
 end
 for _, w in ipairs(hosts_wanted) do live_hosts[w[1]] = true end
 for _, w in ipairs(envs_wanted) do live_envs[w[1]] = true end
-local bound_hosts = redis.call('HKEYS', K .. 'bind:hosts')
+local bound_hosts = redis.call('HKEYS', hosts)
 for _, key in ipairs(bound_hosts) do
   if not live_hosts[key] then
-    redis.call('HDEL', K .. 'bind:hosts', key)
-    redis.call('HDEL', K .. 'bind:quarantine', key)
+    redis.call('HDEL', hosts, key)
+    redis.call('HDEL', quarantine, key)
   end
 end
-local bound_envs = redis.call('HKEYS', K .. 'bind:envs')
+local bound_envs = redis.call('HKEYS', envs)
 for _, env in ipairs(bound_envs) do
   if not live_envs[env] then
-    redis.call('HDEL', K .. 'bind:envs', env)
+    redis.call('HDEL', envs, env)
   end
 end
 
 -- One live session per client: a new registration replaces the previous one.
 local replaced = false
 if owner and owner.sessionId ~= sid then
-  if redis.call('HDEL', K .. 'sessions', owner.sessionId) == 1 then
+  if redis.call('HDEL', sessions, owner.sessionId) == 1 then
     replaced = owner.sessionId
   end
-  redis.call('DEL', K .. 'control:' .. owner.sessionId)
 end
-redis.call('HSET', K .. 'clients', client, cjson.encode({account = account, sessionId = sid}))
+redis.call('HSET', clients, client, cjson.encode({account = account, sessionId = sid}))
 
 -- An operator drain of this client: draining, and a timed one bounds the lease. Past its
 -- deadline the client's placements have moved on: a new session lives a normal lease (no
 -- register/409 loop), takes no placements (draining) and reclaims nothing.
 local expiry = now + lease
-local drain = redis.call('GET', K .. 'drain:' .. client)
+local drain = redis.call('GET', drain_key)
 if drain then
   drain = cjson.decode(drain)
   if drain.deadline and drain.deadline > now then
@@ -159,6 +163,6 @@ else
   drain = false
 end
 session.expiry = expiry
-redis.call('HSET', K .. 'sessions', sid, cjson.encode(session))
+redis.call('HSET', sessions, sid, cjson.encode(session))
 return cjson.encode({expiry = expiry, now = now, drain = drain, replaced = replaced,
   reclaim = reclaim})

@@ -2,19 +2,18 @@
 -- bucket's slot. A row is freed only while its sessionId matches and its epoch equals the
 -- quoted one ('' quotes an epoch-less row).
 --
--- KEYS[1]  bucket key prefix
--- ARGV     groups of five: env, ns, id, sessionId, epoch
+-- KEYS     the placements hashes the rows live in (one per (env, ns))
+-- ARGV     groups of four: index into KEYS, id, sessionId, epoch
 --
 -- Returns the number of rows freed.
-local K = KEYS[1]
 local released = 0
-for i = 1, #ARGV, 5 do
-  local key = K .. ARGV[i] .. ':' .. ARGV[i + 1] .. ':placements'
-  local row = redis.call('HGET', key, ARGV[i + 2])
+for i = 1, #ARGV, 4 do
+  local placements = KEYS[tonumber(ARGV[i])]
+  local row = redis.call('HGET', placements, ARGV[i + 1])
   if row then
     row = cjson.decode(row)
-    if row.sessionId == ARGV[i + 3] and (row.epoch or '') == ARGV[i + 4] then
-      redis.call('HDEL', key, ARGV[i + 2])
+    if row.sessionId == ARGV[i + 2] and (row.epoch or '') == ARGV[i + 3] then
+      redis.call('HDEL', placements, ARGV[i + 1])
       released = released + 1
     end
   end

@@ -30,8 +30,7 @@ local id, hostname = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[3])
 local excluded, preferred, affinity = ARGV[4], ARGV[5], ARGV[6]
 local balance = tonumber(ARGV[7])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 -- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
 -- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.

@@ -2,7 +2,8 @@
 //!
 //! The tree follows the architecture: [`config`] (settings), [`runtime`] (thread-per-core
 //! event loops and the process lifecycle), [`http`] (HTTP/1.1), [`passport`] (credentials),
-//! [`redis`] (the per-core pipelined Redis client and Lua scripts), [`registry`] (the worker
+//! [`redis`] (the per-core pipelined Redis client), [`store`] (the Redis layout: keys,
+//! records, scripts), [`registry`] (the worker
 //! protocol), [`placement`] (who owns an instance), [`proxy`] (forwarding to it),
 //! [`operator`] (health and fleet views), [`fleet`] (whether this node serves), [`metrics`]
 //! (counters), with [`node`] tying them into
@@ -21,3 +22,4 @@ pub mod proxy;
 pub mod redis;
 pub mod registry;
 pub mod runtime;
+pub mod store;

@@ -3,7 +3,7 @@
 //! [`Shared`] is what every core reads (configuration, Passport keys, the stop and serving
 //! flags) and is immutable once serving starts but for those flags and a few atomic counters
 //! (per-core counters, the per-worker inflight counts). [`Core`] is what one core owns alone:
-//! its Redis connection, keys and upstream state. `Core` is also the [`Handler`] that decides
+//! its store (Redis connection and keys) and upstream state. `Core` is also the [`Handler`] that decides
 //! which module answers a path, and turns a transient Redis failure into the contract's 503.
 
 use std::borrow::Cow;
@@ -22,8 +22,9 @@ use crate::operator;
 use crate::passport::Passport;
 use crate::placement;
 use crate::proxy::{self, InflightCounters, Proxy};
-use crate::redis::{Keys, Redis, RedisOptions};
+use crate::redis::{Redis, RedisOptions};
 use crate::registry;
+use crate::store::{Keys, Store};
 
 pub struct Shared {
     pub config: Config,
@@ -87,8 +88,7 @@ pub struct Core {
     pub shared: Arc<Shared>,
     /// This core's position among the node's cores.
     pub index: usize,
-    pub redis: Redis,
-    pub keys: Keys,
+    pub store: Store,
     pub proxy: Proxy,
     pub resolve_constants: placement::Constants,
 }
@@ -104,14 +104,17 @@ impl Core {
                 ..RedisOptions::default()
             },
         );
-        let keys = Keys::new(config.prefix.clone(), config.shards);
+        let store = Store::new(
+            redis,
+            Keys::new(config.prefix.clone(), config.shards),
+            config.lease_ttl_ms,
+        );
         let proxy = Proxy::new(config.forwards.max_inflight, shared.inflight.clone());
         Core {
             resolve_constants: placement::Constants::new(config),
             shared,
             index,
-            redis,
-            keys,
+            store,
             proxy,
         }
     }

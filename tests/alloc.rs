@@ -13,7 +13,8 @@ use pinboard::http::Persistence;
 use pinboard::proxy::{
     BodyFraming, Claims, Forwarded, Instance, Purpose, Signer, request_head, response_head,
 };
-use pinboard::redis::{RESOLVE, encode_command};
+use pinboard::redis::encode_command;
+use pinboard::store::scripts::RESOLVE;
 
 #[path = "../benches/support/resolve_command.rs"]
 mod resolve_command;
@@ -188,7 +189,9 @@ fn response_head_allocates_nothing() {
 #[test]
 fn resolve_command_encoding_allocates_nothing() {
     let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"6"];
-    let parts: [&[&[u8]]; 3] = [&head, &resolve_command::KEYS, &resolve_command::ARGS];
+    let keys = resolve_command::keys();
+    let keys = keys.each_ref().map(|k| k.as_bytes());
+    let parts: [&[&[u8]]; 3] = [&head, &keys, &resolve_command::ARGS];
     let mut buf = BytesMut::new();
     let n = allocations_after_warm_up(|| {
         buf.clear();

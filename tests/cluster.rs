@@ -77,7 +77,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
         200
     );
 
-    let bucket = pinboard::redis::bucket_of("id-3", 16);
+    let bucket = pinboard::store::bucket_of("id-3", 16);
     let row: Value = serde_json::from_str(&cli(&[
         "HGET",
         &format!("pinboard:{{{bucket}}}:default:/threads:placements"),
@@ -99,9 +99,10 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
         &json!({"sessionId": session}).to_string(),
     );
     assert_eq!(r.status, 200);
-    assert!(
-        (0..16).all(|b| cli(&["HGET", &format!("pinboard:{{{b}}}:workers"), &session]).is_empty())
-    );
+    assert!((0..16).all(|b| {
+        let copy = cli(&["HGET", &format!("pinboard:{{{b}}}:workers"), &session]);
+        copy.is_empty() || copy.contains("\"dropped\"")
+    }));
 }
 
 /// Issue 10's repro: a bucket's slot migrated key by key. While its keys are split between two
@@ -128,7 +129,7 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     // 200 placed ids; the bucket of the first one moves.
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {
-        let b = pinboard::redis::bucket_of(id, 16);
+        let b = pinboard::store::bucket_of(id, 16);
         cli(&[
             "HGET",
             &format!("pinboard:{{{b}}}:default:/threads:placements"),
@@ -139,10 +140,10 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
         assert_eq!(get(node.addr, &format!("/threads/{id}"), None).status, 200);
     }
     let before: Vec<String> = ids.iter().map(|id| row(id)).collect();
-    let bucket = pinboard::redis::bucket_of(&ids[0], 16);
+    let bucket = pinboard::store::bucket_of(&ids[0], 16);
     let moving: Vec<&String> = ids
         .iter()
-        .filter(|id| pinboard::redis::bucket_of(id, 16) == bucket)
+        .filter(|id| pinboard::store::bucket_of(id, 16) == bucket)
         .collect();
     assert!(moving.len() >= 5, "{} ids in bucket {bucket}", moving.len());
     let key = |suffix: &str| format!("pinboard:{{{bucket}}}:{suffix}");

@@ -181,7 +181,7 @@ fn unreachable_and_slow_workers() {
         "a fresh placement that never reached the worker is released"
     );
     // A degraded-free, still-registered record is not marked degraded by a failed forward.
-    let session = f.cli(&["HKEYS", "pinboard:{r}:sessions"]);
+    let session = f.cli(&["HKEYS", f.keys.sessions()]);
     assert!(
         f.session_record(&session)
             .unwrap()
@@ -336,12 +336,12 @@ fn cold_start_window_starts_at_the_first_resolve_in_a_bucket() {
             .as_u64()
             .unwrap()
     };
-    let boot_time = |b: u32| f.cli(&["GET", &format!("pinboard:{{{b}}}:boot_time")]);
+    let boot_time = |b: u32| f.cli(&["GET", &f.keys.bucket(b).boot_time]);
     assert_eq!(quarantine_ms(), 0, "registered, no request yet");
     assert!((0..4).all(|b| boot_time(b).is_empty()));
 
     let id = "a";
-    let bucket = pinboard::redis::bucket_of(id, 4);
+    let bucket = pinboard::store::bucket_of(id, 4);
     let r = get(f.node.addr, &format!("/threads/{id}"), None);
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(quarantine_ms() > 0);
@@ -355,14 +355,10 @@ fn cold_start_window_starts_at_the_first_resolve_in_a_bucket() {
     // An id of another bucket, warm already, is not held by that window.
     let other = (0..)
         .map(|n| format!("o{n}"))
-        .find(|id| pinboard::redis::bucket_of(id, 4) != bucket)
+        .find(|id| pinboard::store::bucket_of(id, 4) != bucket)
         .unwrap();
-    let other_bucket = pinboard::redis::bucket_of(&other, 4);
-    f.cli(&[
-        "SET",
-        &format!("pinboard:{{{other_bucket}}}:boot_time"),
-        "0",
-    ]);
+    let other_bucket = pinboard::store::bucket_of(&other, 4);
+    f.cli(&["SET", &f.keys.bucket(other_bucket).boot_time, "0"]);
     assert_eq!(
         get(f.node.addr, &format!("/threads/{other}"), None).status,
         200
@@ -433,7 +429,7 @@ fn listed_headroom_counts_placements_since_the_heartbeat() {
     let first = "p0";
     let second = (1..)
         .map(|n| format!("p{n}"))
-        .find(|id| pinboard::redis::bucket_of(id, 4) != pinboard::redis::bucket_of(first, 4))
+        .find(|id| pinboard::store::bucket_of(id, 4) != pinboard::store::bucket_of(first, 4))
         .unwrap();
     for id in [first, second.as_str(), first] {
         assert_eq!(
@@ -464,11 +460,8 @@ fn placeholder_rows_are_placed_not_refused() {
         assert_eq!(row["sessionId"], session, "{id}: {row}");
         assert!(row["epoch"].as_str().is_some_and(|e| !e.is_empty()));
     }
-    let bucket = pinboard::redis::bucket_of("p1", 4);
-    let overwritten = f.cli(&[
-        "HLEN",
-        &format!("pinboard:{{{bucket}}}:default:/threads:overwritten"),
-    ]);
+    let bucket = pinboard::store::bucket_of("p1", 4);
+    let overwritten = f.cli(&["HLEN", &f.keys.overwritten(bucket, "default", "/threads")]);
     assert_eq!(overwritten, "0", "a placeholder had no owner to fence off");
 }
 
@@ -568,12 +561,8 @@ fn registry_health_counts_this_nodes_outcomes() {
 }
 
 fn owner_of(f: &Fixture, env: &str, ns: &str, id: &str) -> String {
-    let bucket = pinboard::redis::bucket_of(id, 4);
-    let raw = f.cli(&[
-        "HGET",
-        &format!("pinboard:{{{bucket}}}:{env}:{ns}:placements"),
-        id,
-    ]);
+    let bucket = pinboard::store::bucket_of(id, 4);
+    let raw = f.cli(&["HGET", &f.keys.placements(bucket, env, ns), id]);
     serde_json::from_str::<Value>(&raw).unwrap()["sessionId"]
         .as_str()
         .unwrap()
@@ -651,13 +640,10 @@ fn hostname_aware_data_plane() {
 
     let r = get_with(&f, "/threads/x1", "Host: H1:8080\r\n");
     assert_eq!(echo(&r)["path"], "/threads/x1");
-    let bucket = pinboard::redis::bucket_of("x1", 4);
-    let row: Value = serde_json::from_str(&f.cli(&[
-        "HGET",
-        &format!("pinboard:{{{bucket}}}:e1:/threads:placements"),
-        "x1",
-    ]))
-    .unwrap();
+    let bucket = pinboard::store::bucket_of("x1", 4);
+    let row: Value =
+        serde_json::from_str(&f.cli(&["HGET", &f.keys.placements(bucket, "e1", "/threads"), "x1"]))
+            .unwrap();
     assert_eq!(
         (row["sessionId"].as_str(), row["hostname"].as_str()),
         (Some(session_a.as_str()), Some("h1"))
@@ -708,7 +694,7 @@ fn hostname_aware_data_plane() {
     assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 14);
 
     // Bindings that name an env nobody agreed a takeover for are inconsistent.
-    f.cli(&["HDEL", "pinboard:{r}:bind:envs", "e1"]);
+    f.cli(&["HDEL", f.keys.bind_envs(), "e1"]);
     let r = get_with(&f, "/threads/x2", "Host: h2\r\n");
     assert_eq!(
         (r.status, r.text().as_str()),
@@ -761,10 +747,10 @@ fn caller_attestation() {
         .to_string();
     f.registered(&b, "b");
     // The caller instance: placed on A.
-    let bucket = pinboard::redis::bucket_of("caller-1", 4);
+    let bucket = pinboard::store::bucket_of("caller-1", 4);
     f.cli(&[
         "HSET",
-        &format!("pinboard:{{{bucket}}}:default:/threads:placements"),
+        &f.keys.placements(bucket, "default", "/threads"),
         "caller-1",
         &json!({"sessionId": sa, "epoch": "1"}).to_string(),
     ]);

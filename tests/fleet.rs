@@ -22,12 +22,15 @@ fn disagreeing_nodes_do_not_serve_until_a_higher_epoch_wins() {
     let redis = RedisServer::start();
     let lease = [("PINBOARD_LEASE_TTL_MS", "1000"), ("PINBOARD_SHARDS", "4")];
     let a = Node::start(&redis.url(), &lease);
-    let license = redis.cli(&["GET", "pinboard:{r}:fleet"]);
+    let license = redis.cli(&["GET", support::keys(1).fleet()]);
     assert_eq!(
         license,
         r#"{"schema":1,"shards":4,"hostnameAware":false,"epoch":0}"#
     );
-    let ttl: i64 = redis.cli(&["PTTL", "pinboard:{r}:fleet"]).parse().unwrap();
+    let ttl: i64 = redis
+        .cli(&["PTTL", support::keys(1).fleet()])
+        .parse()
+        .unwrap();
     assert!(
         (0..=1000).contains(&ttl),
         "claimed with a TTL of one lease: {ttl}"
@@ -87,7 +90,7 @@ fn disagreeing_nodes_do_not_serve_until_a_higher_epoch_wins() {
     assert!(eventually(Duration::from_secs(5), || not_ready(&a)));
     assert!(ready(&c));
     assert_eq!(
-        redis.cli(&["GET", "pinboard:{r}:fleet"]),
+        redis.cli(&["GET", support::keys(1).fleet()]),
         r#"{"schema":1,"shards":8,"hostnameAware":false,"epoch":1}"#
     );
 }

@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pinboard::redis::{
-    Keys, READY, Redis, RedisError, RedisOptions, RedisTarget, Reply, bucket_of,
-};
+use pinboard::redis::{Redis, RedisError, RedisOptions, RedisTarget, Reply};
+use pinboard::store::scripts::READY;
+use pinboard::store::{Keys, bucket_of};
 use support::redis::{RedisCluster, RedisServer};
 
 /// Bound on every test body: a hang fails the test instead of the suite.

@@ -238,7 +238,7 @@ fn registration_probe_failures() {
         (400, "registration probe failed".into())
     );
     assert!(f.node.log().contains("registration probe failed"));
-    assert_eq!(f.cli(&["HLEN", "pinboard:{r}:sessions"]), "0");
+    assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "0");
 }
 
 #[test]
@@ -625,10 +625,7 @@ fn reclaim_rebinds_only_rows_of_the_previous_session_and_requeues_wind_downs() {
     assert_eq!(again.json()["messages"][0]["msgId"], m["msgId"]);
     let acked = f.heartbeat(&worker, new, json!({"acks": [m["msgId"].clone()]}));
     assert!(acked.json().get("messages").is_none(), "{}", acked.text());
-    let ttl: i64 = f
-        .cli(&["PTTL", &format!("pinboard:{{r}}:control:{new}")])
-        .parse()
-        .unwrap();
+    let ttl: i64 = f.cli(&["PTTL", &f.keys.control(new)]).parse().unwrap();
     assert_eq!(ttl, -2, "an emptied queue is gone");
 }
 
@@ -773,12 +770,12 @@ fn hostname_aware_fields_bindings_and_supersession() {
     assert_eq!(f.session_record(&first).unwrap()["hostname"], "h1");
     assert!(f.in_ns_list(0, "h1/threads", &first));
     assert_eq!(
-        serde_json::from_str::<Value>(&f.cli(&["HGET", "pinboard:{r}:bind:hosts", "h1/threads"]))
+        serde_json::from_str::<Value>(&f.cli(&["HGET", f.keys.bind_hosts(), "h1/threads"]))
             .unwrap(),
         json!({"env": "e1", "epoch": 0})
     );
     assert_eq!(
-        serde_json::from_str::<Value>(&f.cli(&["HGET", "pinboard:{r}:bind:envs", "e1"])).unwrap(),
+        serde_json::from_str::<Value>(&f.cli(&["HGET", f.keys.bind_envs(), "e1"])).unwrap(),
         json!({"takeover": "wind_down", "epoch": 0})
     );
     let same_env = f.register(
@@ -808,7 +805,7 @@ fn hostname_aware_fields_bindings_and_supersession() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let until: u64 = f
-        .cli(&["HGET", "pinboard:{r}:bind:quarantine", "h1/threads"])
+        .cli(&["HGET", f.keys.bind_quarantine(), "h1/threads"])
         .parse()
         .unwrap();
     assert!(
@@ -893,24 +890,18 @@ fn hostname_aware_fields_bindings_and_supersession() {
 /// has, each client maps to a stored session, and no placement row names an unknown session.
 fn assert_consistent(f: &Fixture) {
     let sessions: std::collections::BTreeSet<String> = f
-        .cli(&["HKEYS", "pinboard:{r}:sessions"])
+        .cli(&["HKEYS", f.keys.sessions()])
         .lines()
         .map(str::to_owned)
         .collect();
     for bucket in 0..4 {
-        let copies: std::collections::BTreeSet<String> = f
-            .cli(&["HKEYS", &format!("pinboard:{{{bucket}}}:workers")])
-            .lines()
-            .map(str::to_owned)
-            .collect();
+        // A dropped session's tombstone is no copy.
+        let copies = f.live_copies(bucket);
         assert!(
             copies.is_subset(&sessions),
             "bucket {bucket} copies {copies:?} vs sessions {sessions:?}"
         );
-        for list in f
-            .cli(&["KEYS", &format!("pinboard:{{{bucket}}}:nsw:*")])
-            .lines()
-        {
+        for list in f.cli(&["KEYS", &f.keys.nsw_named(bucket, "*")]).lines() {
             for member in f.cli(&["SMEMBERS", list]).lines() {
                 assert!(
                     copies.contains(member),
@@ -919,7 +910,7 @@ fn assert_consistent(f: &Fixture) {
             }
         }
         for placements in f
-            .cli(&["KEYS", &format!("pinboard:{{{bucket}}}:*:placements")])
+            .cli(&["KEYS", &f.keys.placements(bucket, "*", "*")])
             .lines()
         {
             let all = f.cli(&["HGETALL", placements]);
@@ -932,7 +923,7 @@ fn assert_consistent(f: &Fixture) {
             }
         }
     }
-    for raw in f.cli(&["HVALS", "pinboard:{r}:clients"]).lines() {
+    for raw in f.cli(&["HVALS", f.keys.clients()]).lines() {
         let client: Value = serde_json::from_str(raw).unwrap();
         assert!(
             sessions.contains(client["sessionId"].as_str().unwrap()),
@@ -974,28 +965,91 @@ fn concurrent_workers_leave_redis_consistent() {
         }
     });
     assert_consistent(&f);
-    assert_eq!(f.cli(&["HLEN", "pinboard:{r}:sessions"]), "3");
+    assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "3");
     for bucket in 0..4 {
-        assert_eq!(
-            f.cli(&["HLEN", &format!("pinboard:{{{bucket}}}:workers")]),
-            "3"
-        );
+        assert_eq!(f.live_copies(bucket).len(), 3, "bucket {bucket}");
     }
 }
 
 /// The last step of a heartbeat (renewing the bucket copies) can land after a deregister,
 /// a voided or a replacing registration removed them. That interleaving is too narrow to hit
-/// from outside, so the test stages its end state: the copy is gone, the heartbeat arrives.
+/// from outside, so the test stages its end state: the copy is dropped (the tombstone a drop
+/// leaves, out of its lists), the heartbeat arrives.
 #[test]
 fn a_heartbeat_never_recreates_a_dropped_copy() {
     let f = Fixture::new(&[]);
     let worker = TestWorker::start("s");
     let session = f.registered(&worker, "racer");
-    f.cli(&["HDEL", "pinboard:{1}:workers", &session]);
-    f.cli(&["SREM", "pinboard:{1}:nsw:/threads", &session]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let tombstone = json!({"expiry": now as u64, "dropped": true}).to_string();
+    f.cli(&["HSET", &f.keys.bucket(1).workers, &session, &tombstone]);
+    f.cli(&["SREM", &f.keys.nsw(1, "", "/threads"), &session]);
     assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 200);
     assert!(f.bucket_record(1, &session).is_none() && !f.in_ns_list(1, "/threads", &session));
     assert!(f.bucket_record(0, &session).is_some() && f.in_ns_list(0, "/threads", &session));
+    // A real drop leaves that tombstone: a deregister, then the stale heartbeat's renew.
+    assert_eq!(
+        f.post("deregister", &f.token, &json!({"sessionId": session}))
+            .status,
+        200
+    );
+    assert!((0..4).all(|b| f.bucket_record(b, &session).is_none()));
+    assert!(
+        f.cli(&["HGET", &f.keys.bucket(2).workers, &session])
+            .contains("dropped")
+    );
+}
+
+/// Issue 10, item 4: a bucket that lost its keys (its worker copies and namespace lists
+/// deleted, as by a failover that lost writes) heals at the workers' next heartbeat, and every
+/// id placed there is served again by its owner at its epoch.
+#[test]
+fn a_bucket_that_lost_its_keys_heals_at_the_next_heartbeat() {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "healer");
+    let ids: Vec<String> = (0..40)
+        .map(|i| format!("heal-{i}"))
+        .filter(|id| pinboard::store::bucket_of(id, 4) == 1)
+        .collect();
+    assert!(ids.len() >= 3, "{ids:?}");
+    let get = |id: &str| support::http::get(f.node.addr, &format!("/threads/{id}"), None);
+    for id in &ids {
+        assert_eq!(get(id).status, 200);
+    }
+    let rows: Vec<Value> = ids
+        .iter()
+        .map(|id| f.row("/threads", id).unwrap())
+        .collect();
+
+    f.cli(&["DEL", &f.keys.bucket(1).workers]);
+    for ns in ["/threads", "/docs"] {
+        f.cli(&["DEL", &f.keys.nsw(1, "", ns)]);
+    }
+    let lost = get(&ids[0]);
+    assert_eq!(lost.status, 404, "{}", lost.text());
+    assert_eq!(lost.json(), json!({"error": "unknown namespace"}));
+
+    assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 200);
+    assert!(f.bucket_record(1, &session).is_some());
+    assert!(f.in_ns_list(1, "/threads", &session) && f.in_ns_list(1, "/docs", &session));
+    for (id, row) in ids.iter().zip(&rows) {
+        assert_eq!(get(id).status, 200, "{id}");
+        assert_eq!(
+            f.row("/threads", id).as_ref(),
+            Some(row),
+            "{id}: same owner, same epoch"
+        );
+    }
+    assert!(
+        f.node.log().contains("worker copy restored"),
+        "{}",
+        f.node.log()
+    );
 }
 
 #[test]
@@ -1012,7 +1066,7 @@ fn operator_drain_and_undrain() {
         json!({"clientId": "drained-client", "deadline": null}),
     );
     assert_eq!((r.status, r.json()), (200, json!({"drained": true})));
-    assert_eq!(f.cli(&["PTTL", "pinboard:{r}:drain:drained-client"]), "-1");
+    assert_eq!(f.cli(&["PTTL", &f.keys.drain("drained-client")]), "-1");
     let beat = f.heartbeat(&worker, &session, json!({}));
     assert_eq!(beat.json(), json!({"expiresInMs": 15000, "draining": true}));
     assert_eq!(f.bucket_record(0, &session).unwrap()["draining"], true);
@@ -1029,7 +1083,7 @@ fn operator_drain_and_undrain() {
     let r = drain(&ops, json!({"clientId": "drained-client", "deadline": 0}));
     assert_eq!(r.status, 200);
     let ttl: u64 = f
-        .cli(&["PTTL", "pinboard:{r}:drain:drained-client"])
+        .cli(&["PTTL", &f.keys.drain("drained-client")])
         .parse()
         .unwrap();
     let week = 7 * 24 * 3600 * 1000;
@@ -1040,7 +1094,7 @@ fn operator_drain_and_undrain() {
     assert!((14..=15).contains(&left), "{left}");
     let record = f.session_record(&session).unwrap();
     let deadline: Value =
-        serde_json::from_str(&f.cli(&["GET", "pinboard:{r}:drain:drained-client"])).unwrap();
+        serde_json::from_str(&f.cli(&["GET", &f.keys.drain("drained-client")])).unwrap();
     assert_eq!(
         record["expiry"], deadline["deadline"],
         "the lease is bounded by the drain"
@@ -1469,7 +1523,7 @@ fn a_registration_past_a_timed_drains_deadline_lives_a_normal_lease() {
         .unwrap()
         .as_millis() as u64;
     let past = json!({"deadline": now_ms - 1000}).to_string();
-    f.cli(&["SET", "pinboard:{r}:drain:c", &past]);
+    f.cli(&["SET", &f.keys.drain("c"), &past]);
 
     let again = json!({"prevSessionId": session, "instances": {"/threads": ["held"]}});
     let r = f.register(&worker, "c", again);

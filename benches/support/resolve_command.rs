@@ -2,14 +2,19 @@
 //! request (`KEYS` 6, `ARGV` 12): one fixture for the encoding bench (`benches/resp_encode.rs`)
 //! and the allocation test (`tests/alloc.rs`), which are separate crates.
 
-pub const KEYS: [&[u8]; 6] = [
-    b"pinboard:{7}:default:/threads:placements",
-    b"pinboard:{7}:workers",
-    b"pinboard:{7}:default:/threads:overwritten",
-    b"pinboard:{7}:nsw:/threads",
-    b"pinboard:{7}:boot_time",
-    b"pinboard:{7}:epoch",
-];
+/// The keys, named by the store as the node names them (bucket 7 of 16, `/threads`).
+pub fn keys() -> [String; 6] {
+    let keys = pinboard::store::Keys::new("pinboard:", 16);
+    let fixed = keys.bucket(7);
+    [
+        keys.placements(7, "default", "/threads"),
+        fixed.workers.clone(),
+        keys.overwritten(7, "default", "/threads"),
+        keys.nsw(7, "", "/threads"),
+        fixed.boot_time.clone(),
+        fixed.epoch.clone(),
+    ]
+}
 
 pub const ARGS: [&[u8]; 12] = [
     b"abc123",

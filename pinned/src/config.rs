@@ -11,7 +11,7 @@ use pinboard::http::WorkerAddr;
 
 /// Hostname-aware mode's policy when another hostname's worker holds an instance this
 /// worker's hostname asks for (spec "Placement"): the registry's own type.
-pub use pinboard::registry::Takeover;
+pub use pinboard::store::Takeover;
 
 #[derive(Clone, Debug)]
 pub struct Config {

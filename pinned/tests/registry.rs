@@ -17,7 +17,6 @@ use pinned::{
     App, CallError, Config, Error, Event, Handle, Instance, Request, Response, Takeover, Worker,
 };
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
@@ -92,9 +91,8 @@ impl Fleet {
 
     /// The placements hash of `(ns, id)` in single mode (contract §5).
     fn placements_key(ns: &str, id: &str) -> String {
-        let digest = Sha256::digest(id.as_bytes());
-        let bucket = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % 16;
-        format!("pinboard:{{{bucket}}}:default:{ns}:placements")
+        let keys = pinboard::store::Keys::new("pinboard:", 16);
+        keys.placements(pinboard::store::bucket_of(id, 16), "default", ns)
     }
 
     /// Writes a placement row as a claim would.

@@ -13,8 +13,8 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::node::Core;
-use crate::redis::FLEET;
 use crate::runtime::Shutdown;
+use crate::store::scripts::FLEET;
 
 /// Version of the license's shape.
 const SCHEMA: u32 = 1;
@@ -36,20 +36,23 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
     let config = &core.shared.config;
     let license = license(config);
     let epoch = config.fleet_epoch.to_string();
-    let lease = config.lease_ttl_ms.to_string();
+    let store = &core.store;
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
     let mut failures = Failures::default();
     while !shutdown.is_fired() {
-        let reply = core
+        let reply = store
             .redis
             .evalsha(
                 &FLEET,
-                &[core.keys.registry().as_bytes()],
+                &[
+                    store.keys.fleet().as_bytes(),
+                    store.keys.members().as_bytes(),
+                ],
                 &[
                     license.as_bytes(),
                     epoch.as_bytes(),
                     config.node_id.as_bytes(),
-                    lease.as_bytes(),
+                    store.lease().as_bytes(),
                 ],
             )
             .await;

@@ -9,8 +9,8 @@ use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
-use crate::redis::DRAIN;
-use crate::registry::{Session, load_session};
+use crate::store::Session;
+use crate::store::scripts::DRAIN;
 
 const BODY_LIMIT: usize = 1024 * 1024;
 
@@ -72,39 +72,24 @@ pub async fn undrain(
 }
 
 async fn run(core: &Core, client: &str, op: &str, deadline: &str) -> Result<i64, Error> {
-    let lease = core.shared.config.lease_ttl_ms.to_string();
-    let reply = core
-        .redis
-        .evalsha(
+    let store = &core.store;
+    let key = store.keys.drain(client);
+    store
+        .run_int(
             &DRAIN,
-            &[core.keys.registry().as_bytes()],
-            &[
-                client.as_bytes(),
-                op.as_bytes(),
-                deadline.as_bytes(),
-                lease.as_bytes(),
-            ],
+            &[key.as_bytes()],
+            &[op.as_bytes(), deadline.as_bytes(), store.lease().as_bytes()],
         )
-        .await?;
-    Ok(reply.as_int().unwrap_or_default())
+        .await
 }
 
 /// Whether the client has a session the credential's claims cover: its namespaces, its
 /// hostname and its envs. An unknown client is out of scope.
 async fn in_scope(core: &Core, credential: &Credential, client: &str) -> Result<bool, Error> {
-    let key = format!("{}clients", core.keys.registry());
-    let reply = core
-        .redis
-        .cmd(&[b"HGET", key.as_bytes(), client.as_bytes()])
-        .await?;
-    let Some(session_id) = reply
-        .as_bytes()
-        .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
-        .and_then(|v| v.get("sessionId")?.as_str().map(str::to_owned))
-    else {
+    let Some(record) = core.store.client(client).await? else {
         return Ok(false);
     };
-    let Some(session) = load_session(core, &session_id).await? else {
+    let Some(session) = core.store.session(&record.session_id).await? else {
         return Ok(false);
     };
     Ok(covers(credential, &session))

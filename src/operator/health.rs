@@ -4,7 +4,6 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 use http::StatusCode;
 use tracing::debug;
 
@@ -12,7 +11,7 @@ use crate::error::Error;
 use crate::http::Response;
 use crate::metrics;
 use crate::node::Core;
-use crate::redis::READY;
+use crate::store::scripts::READY;
 
 pub fn healthz() -> Response {
     Response::json(StatusCode::OK, Bytes::from_static(b"{\"ok\":true}"))
@@ -25,7 +24,7 @@ pub async fn readyz(core: &Core) -> Response {
     if core.shared.is_stopping() || !core.shared.is_serving() {
         return Response::empty(StatusCode::SERVICE_UNAVAILABLE);
     }
-    match core.redis.evalsha(&READY, &[], &[]).await {
+    match core.store.redis.evalsha(&READY, &[], &[]).await {
         Ok(_) => Response::empty(StatusCode::OK),
         Err(e) => {
             debug!(error = %e, "not ready: redis");
@@ -68,22 +67,21 @@ pub async fn registry_health(core: &Core) -> Result<Response, Error> {
 /// The largest remaining cold-start window across the buckets, by Redis's clock.
 async fn quarantine_ms(core: &Core) -> Result<u64, Error> {
     let now = core
+        .store
         .redis
         .evalsha(&READY, &[], &[])
         .await?
         .as_int()
         .unwrap_or_default();
     let lease = core.shared.config.lease_ttl_ms as i64;
-    let reads = (0..core.keys.shards()).map(|b| async move {
-        let args: [&[u8]; 2] = [b"GET", core.keys.bucket_keys(b).boot_time.as_bytes()];
-        core.redis.cmd(&args).await
-    });
-    let mut longest = 0;
-    for boot in join_all(reads).await {
-        if let Some(boot) = boot?.as_int() {
-            longest = longest.max(boot + lease - now);
-        }
-    }
+    let longest = core
+        .store
+        .boot_times()
+        .await?
+        .into_iter()
+        .map(|boot| boot + lease - now)
+        .max()
+        .unwrap_or(0);
     Ok(longest.max(0) as u64)
 }
 

@@ -9,17 +9,16 @@ use std::collections::btree_map::Entry;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
-use futures_util::future::join_all;
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Origin};
+use crate::error::Error;
 use crate::http::{Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::placement;
 use crate::proxy::{Claims, Purpose, Signer};
-use crate::registry::{Session, Takeover, now_ms};
+use crate::registry::now_ms;
+use crate::store::{PlacementRow, Session, Takeover};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
@@ -27,18 +26,9 @@ const STATS_MAX_BODY: usize = 1024 * 1024;
 
 /// Every live session the registry has.
 async fn live_sessions(core: &Core) -> Result<Vec<Session>, Error> {
-    let key = format!("{}sessions", core.keys.registry());
-    let reply = core.redis.cmd(&[b"HVALS", key.as_bytes()]).await?;
     let now = now_ms();
-    let mut sessions = Vec::new();
-    for raw in reply.as_array().unwrap_or_default() {
-        let Some(raw) = raw.as_bytes() else { continue };
-        let session: Session = serde_json::from_slice(raw)
-            .map_err(|e| Error::because(Origin::Internal, "stored session", e))?;
-        if session.expiry > now {
-            sessions.push(session);
-        }
-    }
+    let mut sessions = core.store.sessions().await?;
+    sessions.retain(|s| s.expiry > now);
     Ok(sessions)
 }
 
@@ -91,25 +81,12 @@ async fn current_headroom(core: &Core, sessions: &mut [Session]) -> Result<(), E
     if sessions.is_empty() {
         return Ok(());
     }
-    let reads = (0..core.keys.shards()).map(|b| {
-        let mut args: Vec<&[u8]> = vec![b"HMGET", core.keys.bucket_keys(b).workers.as_bytes()];
-        args.extend(sessions.iter().map(|s| s.session_id.as_bytes()));
-        async move { core.redis.cmd(&args).await }
-    });
+    let ids: Vec<&str> = sessions.iter().map(|s| s.session_id.as_str()).collect();
     let mut taken = vec![0.0; sessions.len()];
-    for copies in join_all(reads).await {
-        let copies = copies?;
-        for ((session, taken), copy) in sessions
-            .iter()
-            .zip(&mut taken)
-            .zip(copies.as_array().unwrap_or_default())
-        {
-            let headroom = copy
-                .as_bytes()
-                .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
-                .and_then(|copy| copy["headroom"].as_f64());
-            if let Some(headroom) = headroom {
-                *taken += (session.headroom - headroom).max(0.0);
+    for copies in core.store.copies(&ids).await? {
+        for ((session, taken), copy) in sessions.iter().zip(&mut taken).zip(copies) {
+            if let Some(copy) = copy.filter(|c| !c.dropped) {
+                *taken += (session.headroom - copy.headroom).max(0.0);
             }
         }
     }
@@ -259,33 +236,32 @@ pub async fn overview(
         }
     }
     let now = now_ms();
-    let mut rows_of: BTreeMap<(String, String), Vec<(String, Value)>> = BTreeMap::new();
+    let mut rows_of: BTreeMap<(String, String), Vec<(String, PlacementRow)>> = BTreeMap::new();
     let mut namespaces = Vec::new();
     for ((hostname, env, ns), session_ids) in groups {
         let rows = match rows_of.entry((env.clone(), ns.clone())) {
             Entry::Occupied(rows) => rows.into_mut(),
-            Entry::Vacant(slot) => slot.insert(placement::rows(core, &env, &ns).await?),
+            Entry::Vacant(slot) => slot.insert(core.store.rows(&env, &ns).await?),
         };
         let entries: Vec<Value> = rows
             .iter()
             .filter(|(id, row)| {
-                let owner = row["sessionId"].as_str().unwrap_or("");
-                let fenced = row["expiry"].as_u64().is_some_and(|e| e <= now);
-                live_ids.contains(owner)
-                    && !fenced
-                    && (hostname.is_none() || row["hostname"].as_str() == hostname.as_deref())
+                row.owner().is_some_and(|owner| live_ids.contains(owner))
+                    && !row.fenced(now)
+                    && (hostname.is_none() || row.hostname == hostname)
                     && filter.prefix.as_deref().is_none_or(|p| id.starts_with(p))
                     && filter
                         .tag
                         .as_deref()
-                        .is_none_or(|t| row["tag"].as_str() == Some(t))
+                        .is_none_or(|t| row.tag.as_deref() == Some(t))
             })
             .map(|(id, row)| {
-                let mut entry = json!({ "id": id, "sessionId": row["sessionId"] });
-                for optional in ["expiry", "tag"] {
-                    if let Some(v) = row.get(optional) {
-                        entry[optional] = v.clone();
-                    }
+                let mut entry = json!({ "id": id, "sessionId": row.session_id });
+                if let Some(expiry) = row.expiry {
+                    entry["expiry"] = expiry.into();
+                }
+                if let Some(tag) = &row.tag {
+                    entry["tag"] = tag.as_str().into();
                 }
                 entry
             })
@@ -295,40 +271,33 @@ pub async fn overview(
             "sessionIds": session_ids, "entries": entries,
         }));
     }
-    let bindings = json!({
-        "hostnames": visible_bindings(core, "bind:hosts", |key, b| {
+    let hostnames: Map<String, Value> = core
+        .store
+        .host_bindings()
+        .await?
+        .into_iter()
+        .filter(|(key, b)| {
             let ns = key.find('/').map_or("", |i| &key[i..]);
             claim.allows_hostname(&key[..key.len() - ns.len()])
                 && claim.allows_namespace(ns)
-                && claim.allows_env(b["env"].as_str().unwrap_or(""))
-        }, |b| b["env"].clone()).await?,
-        "envs": visible_bindings(core, "bind:envs", |env, _| claim.allows_env(env), |b| b["takeover"].clone()).await?,
-    });
+                && claim.allows_env(&b.env)
+        })
+        .map(|(key, b)| (key, b.env.into()))
+        .collect();
+    let envs: Map<String, Value> = core
+        .store
+        .env_bindings()
+        .await?
+        .into_iter()
+        .filter(|(env, _)| claim.allows_env(env))
+        .map(|(env, b)| (env, b.takeover.into()))
+        .collect();
+    let bindings = json!({ "hostnames": hostnames, "envs": envs });
     let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
     Ok(Response::json_value(
         StatusCode::OK,
         &json!({ "workers": workers, "bindings": bindings, "namespaces": namespaces }),
     ))
-}
-
-/// A bindings hash as `{key: shown value}`, keeping what `allowed` says the claim covers.
-async fn visible_bindings(
-    core: &Core,
-    hash: &str,
-    allowed: impl Fn(&str, &Value) -> bool,
-    shown: impl Fn(&Value) -> Value,
-) -> Result<Map<String, Value>, Error> {
-    let key = format!("{}{hash}", core.keys.registry());
-    let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
-    let mut out = Map::new();
-    for (k, raw) in reply.pairs() {
-        if let Ok(binding) = serde_json::from_slice::<Value>(raw)
-            && allowed(k, &binding)
-        {
-            out.insert(k.to_owned(), shown(&binding));
-        }
-    }
-    Ok(out)
 }
 
 pub async fn stats(core: &Core, credential: &Credential) -> Result<Response, Error> {

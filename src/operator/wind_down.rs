@@ -12,9 +12,9 @@ use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::placement;
-use crate::redis::{WIND_DOWN, bucket_of};
-use crate::registry::{SINGLE_ENV, Session, control_push, load_session, valid_id, valid_namespace};
+use crate::registry::{control_push, valid_id, valid_namespace};
+use crate::store::scripts::WIND_DOWN;
+use crate::store::{PlacementRow, SINGLE_ENV, Session, bucket_of};
 
 const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
 
@@ -88,7 +88,7 @@ pub async fn wind_down(
     let mut in_scope = Vec::new();
     for row in rows {
         if !owners.contains_key(&row.session_id) {
-            let owner = load_session(core, &row.session_id).await?;
+            let owner = core.store.session(&row.session_id).await?;
             owners.insert(row.session_id.clone(), owner);
         }
         let owner = owners[&row.session_id].as_ref();
@@ -99,7 +99,7 @@ pub async fn wind_down(
         }
     }
     let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
-    let lease = core.shared.config.lease_ttl_ms.to_string();
+    let store = &core.store;
     let mut by_bucket: BTreeMap<u32, Vec<&Row>> = BTreeMap::new();
     for row in &in_scope {
         by_bucket
@@ -109,12 +109,8 @@ pub async fn wind_down(
     }
     let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> = BTreeMap::new();
     for (bucket, rows) in by_bucket {
-        let mut args: Vec<&[u8]> = vec![
-            env.as_bytes(),
-            ns.as_bytes(),
-            deadline.as_bytes(),
-            lease.as_bytes(),
-        ];
+        let placements = store.keys.placements(bucket, &env, ns);
+        let mut args: Vec<&[u8]> = vec![deadline.as_bytes(), store.lease().as_bytes()];
         for row in &rows {
             args.extend([
                 row.id.as_bytes(),
@@ -122,14 +118,9 @@ pub async fn wind_down(
                 row.epoch.as_bytes(),
             ]);
         }
-        let reply = core
-            .redis
-            .evalsha(&WIND_DOWN, &[core.keys.bucket(bucket).as_bytes()], &args)
+        let stamped: Vec<(String, String, Value)> = store
+            .run(&WIND_DOWN, &[placements.as_bytes()], &args)
             .await?;
-        let stamped: Vec<(String, String, Value)> = reply
-            .as_bytes()
-            .and_then(|raw| serde_json::from_slice(raw).ok())
-            .unwrap_or_default();
         for (id, session, expiry) in stamped {
             // A fence whose owner is gone waits for the replacement owner.
             if owners.get(&session).is_some_and(Option::is_some) {
@@ -171,19 +162,12 @@ fn covers(claim: &RouteClaim, owner: Option<&Session>, row: &Row, ns: &str) -> b
 }
 
 impl Row {
-    fn of(id: &str, row: &Value) -> Option<Row> {
+    fn of(id: &str, row: PlacementRow) -> Option<Row> {
         Some(Row {
             id: id.to_owned(),
-            session_id: row.get("sessionId")?.as_str()?.to_owned(),
-            epoch: row
-                .get("epoch")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
-            hostname: row
-                .get("hostname")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            epoch: row.epoch().to_owned(),
+            session_id: row.session_id?,
+            hostname: row.hostname,
         })
     }
 }
@@ -191,23 +175,12 @@ impl Row {
 /// The row of `id`, or every row of (env, ns) without one.
 async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result<Vec<Row>, Error> {
     let Some(id) = id else {
-        let rows = placement::rows(core, env, ns).await?;
+        let rows = core.store.rows(env, ns).await?;
         return Ok(rows
-            .iter()
-            .filter_map(|(id, row)| Row::of(id, row))
+            .into_iter()
+            .filter_map(|(id, row)| Row::of(&id, row))
             .collect());
     };
-    let key = core
-        .keys
-        .placements(bucket_of(id, core.shared.config.shards), env, ns);
-    let reply = core
-        .redis
-        .cmd(&[b"HGET", key.as_bytes(), id.as_bytes()])
-        .await?;
-    Ok(reply
-        .as_bytes()
-        .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
-        .and_then(|row| Row::of(id, &row))
-        .into_iter()
-        .collect())
+    let row = core.store.row(env, ns, id).await?;
+    Ok(row.and_then(|row| Row::of(id, row)).into_iter().collect())
 }

@@ -16,7 +16,9 @@ use http::{HeaderValue, StatusCode};
 use crate::error::{Error, Origin};
 use crate::http::Response;
 use crate::node::Core;
-use crate::redis::{BINDING, OVERWRITTEN_CLEAR, RESOLVE, Reply, bucket_of};
+use crate::redis::Reply;
+use crate::store::bucket_of;
+use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RELEASE, RESOLVE};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,13 +126,19 @@ pub async fn binding(
     hostname: &str,
     ns: &str,
 ) -> Result<Result<Binding, Outcome>, Error> {
-    let key = format!("{hostname}{ns}");
+    let name = format!("{hostname}{ns}");
+    let keys = &core.store.keys;
     let reply = core
+        .store
         .redis
         .evalsha(
             &BINDING,
-            &[core.keys.registry().as_bytes()],
-            &[key.as_bytes()],
+            &[
+                keys.bind_hosts().as_bytes(),
+                keys.bind_envs().as_bytes(),
+                keys.bind_quarantine().as_bytes(),
+            ],
+            &[name.as_bytes()],
         )
         .await?;
     let items = reply.as_array().unwrap_or_default();
@@ -188,12 +196,13 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
     // Every key the script touches, declared: on a resharding Redis Cluster a script whose
     // keys are split between two nodes is refused (ASK, then TRYAGAIN) instead of running
     // against half of them, which could place a placed id again.
-    let keys = &core.keys;
-    let fixed = keys.bucket_keys(bucket);
+    let keys = &core.store.keys;
+    let fixed = keys.bucket(bucket);
     let placements = keys.placements(bucket, req.env, req.ns);
     let overwritten = keys.overwritten(bucket, req.env, req.ns);
     let nsw = keys.nsw(bucket, req.hostname, req.ns);
     let reply = core
+        .store
         .redis
         .evalsha(
             &RESOLVE,
@@ -255,39 +264,18 @@ fn parse(reply: &Reply) -> Option<Outcome> {
     })
 }
 
-/// Every placement row of (env, ns) across the buckets, as (id, row JSON), sorted by id.
-pub async fn rows(
-    core: &Core,
-    env: &str,
-    ns: &str,
-) -> Result<Vec<(String, serde_json::Value)>, Error> {
-    let mut rows = Vec::new();
-    for bucket in 0..core.shared.config.shards {
-        let key = core.keys.placements(bucket, env, ns);
-        let reply = core.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
-        for (id, raw) in reply.pairs() {
-            if let Ok(row) = serde_json::from_slice(raw) {
-                rows.push((id.to_owned(), row));
-            }
-        }
-    }
-    rows.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(rows)
-}
-
 /// After a 2xx from the owner at `epoch`: the overwritten marker, if at or below it, goes.
 pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> Result<(), Error> {
-    let bucket = bucket_of(req.id, core.shared.config.shards);
-    core.redis
+    let store = &core.store;
+    let key = store
+        .keys
+        .overwritten(bucket_of(req.id, store.keys.shards()), req.env, req.ns);
+    store
+        .redis
         .evalsha(
             &OVERWRITTEN_CLEAR,
-            &[core.keys.bucket(bucket).as_bytes()],
-            &[
-                req.env.as_bytes(),
-                req.ns.as_bytes(),
-                req.id.as_bytes(),
-                epoch.as_bytes(),
-            ],
+            &[key.as_bytes()],
+            &[req.id.as_bytes(), epoch.as_bytes()],
         )
         .await?;
     Ok(())
@@ -296,14 +284,17 @@ pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> R
 /// Frees a placement this node just made whose forward never reached the worker, so the
 /// client's retry places the id afresh (compare-and-delete on session and epoch).
 pub async fn release(core: &Core, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {
-    let bucket = bucket_of(req.id, core.shared.config.shards);
-    core.redis
+    let store = &core.store;
+    let key = store
+        .keys
+        .placements(bucket_of(req.id, store.keys.shards()), req.env, req.ns);
+    store
+        .redis
         .evalsha(
-            &crate::redis::RELEASE,
-            &[core.keys.bucket(bucket).as_bytes()],
+            &RELEASE,
+            &[key.as_bytes()],
             &[
-                req.env.as_bytes(),
-                req.ns.as_bytes(),
+                b"1",
                 req.id.as_bytes(),
                 placement.session_id.as_bytes(),
                 placement.epoch.as_bytes(),

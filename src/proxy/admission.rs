@@ -16,8 +16,8 @@ use crate::error::Error;
 use crate::http::Response;
 use crate::node::Core;
 use crate::passport::Unauthorized;
-use crate::redis::bucket_of;
-use crate::registry::{Session, load_session, valid_id, valid_namespace};
+use crate::registry::{valid_id, valid_namespace};
+use crate::store::{PlacementRow, Session};
 
 /// Deepest chain of instance-to-instance calls allowed.
 const MAX_DEPTH: u32 = 50;
@@ -75,7 +75,7 @@ async fn caller(
             "caller attestation requires session credentials",
         )));
     };
-    let Some(session) = load_session(core, session_id).await? else {
+    let Some(session) = core.store.session(session_id).await? else {
         return Ok(Err(forbidden("unknown session")));
     };
     // Compared in constant time: the secret is what proves the caller is that worker.
@@ -100,19 +100,11 @@ async fn caller(
         )));
     }
     // The caller must really hold the instance it speaks for.
-    let bucket = bucket_of(caller_id, core.shared.config.shards);
-    let key = core
-        .keys
-        .placements(bucket, session.env_of(caller_ns), caller_ns);
     let row = core
-        .redis
-        .cmd(&[b"HGET", key.as_bytes(), caller_id.as_bytes()])
+        .store
+        .row(session.env_of(caller_ns), caller_ns, caller_id)
         .await?;
-    let owner = row
-        .as_bytes()
-        .and_then(|raw| serde_json::from_slice::<Value>(raw).ok())
-        .and_then(|row| row.get("sessionId")?.as_str().map(str::to_owned));
-    if owner.as_deref() != Some(session.session_id.as_str()) {
+    if row.as_ref().and_then(PlacementRow::owner) != Some(session.session_id.as_str()) {
         return Ok(Err(forbidden("caller placement mismatch")));
     }
     // And may only reach inside its own registration.

@@ -26,7 +26,8 @@ use crate::error::Error;
 use crate::http::{Request, Response, WorkerAddr};
 use crate::node::Core;
 use crate::placement::{self, Outcome, Placement, unavailable};
-use crate::registry::{SINGLE_ENV, valid_id};
+use crate::registry::valid_id;
+use crate::store::SINGLE_ENV;
 
 /// How long a worker that could not be reached stays ejected from new placements (used only
 /// when no other candidate remains).

@@ -1,5 +1,5 @@
-//! Redis access for one core: the pipelined client (`Redis`), Lua scripts, Redis Cluster routing
-//! and the key layout.
+//! Redis access for one core: the pipelined client (`Redis`), running Lua scripts and Redis
+//! Cluster routing. What is stored where is the store's (`crate::store`).
 //!
 //! Every core owns one `Redis` handle (one pipelined connection per server, or per master in
 //! cluster mode). This file owns the types every caller sees: the error taxonomy and the decoded
@@ -8,7 +8,6 @@
 mod client;
 mod cluster;
 mod connection;
-mod keys;
 mod node;
 mod notify;
 mod script;
@@ -19,11 +18,7 @@ use bytes::Bytes;
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::encode_command;
-pub use keys::{Keys, bucket_of};
-pub use script::{
-    BINDING, BUCKET_WORKER, CONTROL_PUSH, DRAIN, FLEET, HEARTBEAT, OVERWRITTEN_CLEAR, READY,
-    REGISTER, RELEASE, RESOLVE, SESSION_DROP, Script, TAG, WIND_DOWN,
-};
+pub use script::Script;
 pub use target::{Endpoint, RedisTarget};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -4,7 +4,6 @@
 use http::StatusCode;
 use serde::Deserialize;
 
-use super::store;
 use super::{owned_session, unknown_session};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
@@ -31,7 +30,7 @@ pub async fn deregister(
     if let Err(refusal) = owned_session(core, credential, &body.session_id, true).await? {
         return Ok(refusal);
     }
-    if !store::drop_session(core, &body.session_id, true).await? {
+    if !core.store.drop_session(&body.session_id, true).await? {
         return Ok(unknown_session());
     }
     Ok(Response::json(StatusCode::OK, &b"{}"[..]))

@@ -4,9 +4,9 @@
 
 use http::StatusCode;
 
-use super::session::Session;
 use crate::http::{Response, WorkerAddr};
 use crate::passport::RouteClaim;
+use crate::store::Session;
 
 /// `/` plus one path segment of URL-safe characters (the id alphabet), at most 128 of them;
 /// not a dot segment (a path normalizer would remove it) and not `/_pinned`, the worker's own

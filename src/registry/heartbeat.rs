@@ -10,14 +10,13 @@ use tracing::{info, warn};
 
 use super::fields::{Scope, check_claim, forbidden_generic};
 use super::probe::{Probe, probe};
-use super::session::Session;
-use super::store::{self, lua_list, lua_option};
-use super::{Drain, claim_of, owned_session, secs_left, unknown_session};
+use super::{claim_of, drain_secs_left, owned_session, secs_left, unknown_session};
 use crate::error::Error;
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
-use crate::redis::HEARTBEAT;
+use crate::store::scripts::HEARTBEAT;
+use crate::store::{Drain, Session, lua_list, lua_option};
 
 const BODY_LIMIT: usize = 1024 * 1024;
 const SHAPE: &str =
@@ -136,7 +135,7 @@ pub async fn heartbeat(
         }
         Probe::Mismatch => {
             warn!(session = %session.session_id, url = %session.advertise_url, "another worker answers at the advertise URL; registration voided");
-            store::drop_session(core, &session.session_id, false).await?;
+            core.store.drop_session(&session.session_id, false).await?;
             return Ok(Response::json_value(
                 StatusCode::CONFLICT,
                 &serde_json::json!({
@@ -157,25 +156,34 @@ pub async fn heartbeat(
         .collect();
     let acks = serde_json::to_string(&acks).expect("acks serialize");
     let headroom = body.headroom.to_string();
-    let lease = core.shared.config.lease_ttl_ms.to_string();
     let draining: &[u8] = if body.draining { b"1" } else { b"0" };
-    let result: Outcome = store::run(
-        core,
-        &HEARTBEAT,
-        core.keys.registry(),
-        &[
-            body.session_id.as_bytes(),
-            headroom.as_bytes(),
-            draining,
-            outcome.as_bytes(),
-            acks.as_bytes(),
-            lease.as_bytes(),
-        ],
-    )
-    .await?;
+    let store = &core.store;
+    let (queue, drain) = (
+        store.keys.control(&session.session_id),
+        store.keys.drain(&session.client_id),
+    );
+    let result: Outcome = store
+        .run(
+            &HEARTBEAT,
+            &[
+                store.keys.sessions().as_bytes(),
+                store.keys.bind_hosts().as_bytes(),
+                queue.as_bytes(),
+                drain.as_bytes(),
+            ],
+            &[
+                session.session_id.as_bytes(),
+                headroom.as_bytes(),
+                draining,
+                outcome.as_bytes(),
+                acks.as_bytes(),
+                store.lease().as_bytes(),
+            ],
+        )
+        .await?;
     if let Some(superseded) = result.superseded {
         info!(session = %body.session_id, %superseded, "worker superseded");
-        store::drop_session(core, &body.session_id, false).await?;
+        core.store.drop_session(&body.session_id, false).await?;
         return Ok(Response::json_value(
             StatusCode::CONFLICT,
             &serde_json::json!({"error": superseded, "superseded": true}),
@@ -184,7 +192,12 @@ pub async fn heartbeat(
     let Some(session) = result.session.filter(|_| !result.unknown) else {
         return Ok(unknown_session());
     };
-    store::put_everywhere(core, &session, result.drain.is_some(), None).await?;
+    let renewed = store
+        .put_everywhere(&session, result.drain.is_some(), None)
+        .await?;
+    if renewed.healed > 0 {
+        info!(session = %session.session_id, buckets = renewed.healed, "worker copy restored in buckets that had lost it");
+    }
 
     let now = result.now;
     let mut messages: Vec<Message> = result
@@ -206,7 +219,7 @@ pub async fn heartbeat(
         &Answer {
             expires_in_ms: core.shared.config.lease_ttl_ms,
             draining: session.draining || result.drain.is_some(),
-            drain_deadline: result.drain.as_ref().and_then(|d| d.remaining_secs(now)),
+            drain_deadline: result.drain.as_ref().and_then(|d| drain_secs_left(d, now)),
             degraded: session.degraded_since.map(|_| true),
             messages,
         },

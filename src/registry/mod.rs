@@ -2,10 +2,7 @@
 //! release, tag, deregister), the dispatch of the operator routes living there, the
 //! authentication every registry route shares, and the answer for paths that name no route.
 //!
-//! State lives in Redis in two kinds of slot: the registry slot (`{prefix}{r}:`: sessions,
-//! clients, control queues, bindings, drains) and one slot per placement bucket
-//! (`{prefix}{b}:`: each worker's copy, namespace lists, placements). Every script touches one
-//! slot, so the same code runs on one Redis or a Redis Cluster.
+//! What is stored where, and every script, is the store's (`crate::store`).
 
 mod deregister;
 mod fields;
@@ -13,21 +10,18 @@ mod heartbeat;
 mod probe;
 mod register;
 mod release;
-mod session;
-mod store;
 
 use http::{Method, StatusCode};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::error::{Error, Origin};
 use crate::http::{Request, Response};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::redis::CONTROL_PUSH;
+use crate::store::scripts::CONTROL_PUSH;
+use crate::store::{Drain, Session};
 
 pub use fields::{valid_id, valid_namespace};
-pub use session::{SINGLE_ENV, Session, Takeover};
-pub use store::load_session;
 
 pub const WORKER_SCOPE: &str = "pinboard:worker";
 pub const OPERATOR_SCOPE: &str = "pinboard:operator";
@@ -163,7 +157,7 @@ async fn owned_session(
     session_id: &str,
     live: bool,
 ) -> Result<Result<Session, Response>, Error> {
-    let Some(session) = store::load_session(core, session_id).await? else {
+    let Some(session) = core.store.session(session_id).await? else {
         return Ok(Err(unknown_session()));
     };
     if live && session.expiry <= now_ms() {
@@ -182,17 +176,9 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// An operator drain of a client, as stored (`deadline` absent for a cordon).
-#[derive(Debug, Deserialize)]
-struct Drain {
-    deadline: Option<u64>,
-}
-
-impl Drain {
-    /// The remaining seconds of a timed drain, rounded up.
-    fn remaining_secs(&self, now: u64) -> Option<u64> {
-        self.deadline.map(|d| secs_left(d, now))
-    }
+/// The remaining seconds of a timed drain, rounded up (`None` for a cordon).
+fn drain_secs_left(drain: &Drain, now: u64) -> Option<u64> {
+    drain.deadline.map(|d| secs_left(d, now))
 }
 
 /// Seconds from `now` to the `deadline` (both ms), rounded up; 0 once it passed.
@@ -231,13 +217,14 @@ pub(crate) async fn control_push(
         })
         .collect();
     let messages = serde_json::to_string(&messages).expect("messages serialize");
-    let lease = core.shared.config.lease_ttl_ms.to_string();
-    store::run_int(
-        core,
-        &CONTROL_PUSH,
-        core.keys.registry(),
-        &[session_id.as_bytes(), lease.as_bytes(), messages.as_bytes()],
-    )
-    .await?;
+    let store = &core.store;
+    let queue = store.keys.control(session_id);
+    store
+        .run_int(
+            &CONTROL_PUSH,
+            &[queue.as_bytes(), store.keys.control_seq().as_bytes()],
+            &[store.lease().as_bytes(), messages.as_bytes()],
+        )
+        .await?;
     Ok(())
 }

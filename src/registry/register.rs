@@ -11,15 +11,14 @@ use tracing::{info, warn};
 
 use super::fields::{Scope, bad_request, check_claim, normalize_name, valid_namespace};
 use super::probe::{Probe, probe};
-use super::session::{Session, Takeover};
-use super::store::{self, Reclaim, lua_option};
-use super::{Drain, control_push, new_session_id, unknown_session};
 use super::{account_of, claim_of};
+use super::{control_push, drain_secs_left, new_session_id, unknown_session};
 use crate::error::Error;
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
-use crate::redis::REGISTER;
+use crate::store::scripts::REGISTER;
+use crate::store::{Drain, Reclaim, Session, Takeover, lua_option};
 
 /// Shortest worker secret accepted: it keys every attestation and proves the probe, so it
 /// must not be guessable.
@@ -143,28 +142,37 @@ pub async fn register(
             .collect(),
         None => Vec::new(),
     };
-    let record = serde_json::to_string(&s).expect("session serializes");
-    let lease = config.lease_ttl_ms.to_string();
+    let record = s.encode();
     let epoch = epoch.to_string();
     let hosts_wanted = serde_json::to_string(&hosts_wanted).expect("serializes");
     let envs_wanted = serde_json::to_string(&envs_wanted).expect("serializes");
-    let outcome: Outcome = store::run(
-        core,
-        &REGISTER,
-        core.keys.registry(),
-        &[
-            s.session_id.as_bytes(),
-            s.account.as_bytes(),
-            s.client_id.as_bytes(),
-            record.as_bytes(),
-            lease.as_bytes(),
-            epoch.as_bytes(),
-            hosts_wanted.as_bytes(),
-            envs_wanted.as_bytes(),
-            prev_session.as_deref().unwrap_or("").as_bytes(),
-        ],
-    )
-    .await?;
+    let store = &core.store;
+    let keys = &store.keys;
+    let drain = keys.drain(&s.client_id);
+    let outcome: Outcome = store
+        .run(
+            &REGISTER,
+            &[
+                keys.sessions().as_bytes(),
+                keys.clients().as_bytes(),
+                keys.bind_hosts().as_bytes(),
+                keys.bind_envs().as_bytes(),
+                keys.bind_quarantine().as_bytes(),
+                drain.as_bytes(),
+            ],
+            &[
+                s.session_id.as_bytes(),
+                s.account.as_bytes(),
+                s.client_id.as_bytes(),
+                record.as_bytes(),
+                store.lease().as_bytes(),
+                epoch.as_bytes(),
+                hosts_wanted.as_bytes(),
+                envs_wanted.as_bytes(),
+                prev_session.as_deref().unwrap_or("").as_bytes(),
+            ],
+        )
+        .await?;
     if let Some(conflict) = outcome.conflict {
         return Ok(Response::error(StatusCode::CONFLICT, &conflict));
     }
@@ -175,11 +183,13 @@ pub async fn register(
         prev_session: outcome.reclaim.as_deref(),
         instances: &instances,
     };
-    let buckets = store::put_everywhere(core, &s, outcome.drain.is_some(), Some(&reclaim)).await?;
+    let buckets = store
+        .put_everywhere(&s, outcome.drain.is_some(), Some(&reclaim))
+        .await?;
     // A concurrent registration of the same client may have replaced this session while its
     // copies were being written; they must not outlive it.
-    if store::load_session(core, &s.session_id).await?.is_none() {
-        store::drop_session(core, &s.session_id, false).await?;
+    if store.session(&s.session_id).await?.is_none() {
+        store.drop_session(&s.session_id, false).await?;
         return Ok(unknown_session());
     }
     let wind_downs: Vec<_> = buckets
@@ -193,7 +203,7 @@ pub async fn register(
     let drain_deadline = outcome
         .drain
         .as_ref()
-        .and_then(|d| d.remaining_secs(outcome.now));
+        .and_then(|d| drain_secs_left(d, outcome.now));
     Ok(Response::json_value(
         StatusCode::OK,
         &Answer {

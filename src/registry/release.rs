@@ -8,14 +8,13 @@ use http::StatusCode;
 use serde::Deserialize;
 
 use super::fields::{bad_request, forbidden, valid_namespace};
-use super::session::Session;
-use super::store;
 use super::{claim_of, owned_session};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
-use crate::redis::{RELEASE, TAG, bucket_of};
+use crate::store::scripts::{RELEASE, TAG};
+use crate::store::{Session, bucket_of};
 
 const BODY_LIMIT: usize = 1024 * 1024;
 const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
@@ -61,7 +60,9 @@ pub async fn release(
     }
     // Every row is checked before any is released: a refused request changes nothing.
     let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
-    let mut by_bucket: BTreeMap<u32, Vec<&[u8]>> = BTreeMap::new();
+    // Per bucket: the placements hashes its rows live in, and (key index, id, session, epoch).
+    type Batch<'r> = (Vec<String>, Vec<(String, &'r Row)>);
+    let mut by_bucket: BTreeMap<u32, Batch> = BTreeMap::new();
     for row in &rows {
         if !sessions.contains_key(row.session_id.as_str()) {
             match checked_session(core, credential, row).await? {
@@ -73,22 +74,35 @@ pub async fn release(
             return Ok(refusal);
         }
     }
+    let store = &core.store;
     for row in &rows {
         let env = sessions[row.session_id.as_str()].env_of(&row.namespace);
-        let args = by_bucket
-            .entry(bucket_of(&row.id, core.keys.shards()))
-            .or_default();
-        args.extend([
-            env.as_bytes(),
-            row.namespace.as_bytes(),
-            row.id.as_bytes(),
-            row.session_id.as_bytes(),
-            row.epoch.as_deref().unwrap_or("").as_bytes(),
-        ]);
+        let bucket = bucket_of(&row.id, store.keys.shards());
+        let key = store.keys.placements(bucket, env, &row.namespace);
+        let (keys, batch) = by_bucket.entry(bucket).or_default();
+        let index = match keys.iter().position(|k| *k == key) {
+            Some(i) => i,
+            None => {
+                keys.push(key);
+                keys.len() - 1
+            }
+        };
+        // Lua's KEYS are 1-based.
+        batch.push(((index + 1).to_string(), row));
     }
     let mut released = 0;
-    for (bucket, args) in &by_bucket {
-        released += store::run_int(core, &RELEASE, core.keys.bucket(*bucket), args).await?;
+    for (keys, batch) in by_bucket.values() {
+        let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 4);
+        for (index, row) in batch {
+            args.extend([
+                index.as_bytes(),
+                row.id.as_bytes(),
+                row.session_id.as_bytes(),
+                row.epoch.as_deref().unwrap_or("").as_bytes(),
+            ]);
+        }
+        released += store.run_int(&RELEASE, &keys, &args).await?;
     }
     Ok(Response::json_value(
         StatusCode::OK,
@@ -114,21 +128,24 @@ pub async fn tag(
         Ok(session) => session,
         Err(refusal) => return Ok(refusal),
     };
-    let bucket = bucket_of(&row.id, core.keys.shards());
-    let tagged = store::run_int(
-        core,
-        &TAG,
-        core.keys.bucket(bucket),
-        &[
-            session.env_of(&row.namespace).as_bytes(),
-            row.namespace.as_bytes(),
-            row.id.as_bytes(),
-            row.session_id.as_bytes(),
-            row.epoch.as_deref().unwrap_or("").as_bytes(),
-            body.tag.as_bytes(),
-        ],
-    )
-    .await?;
+    let store = &core.store;
+    let placements = store.keys.placements(
+        bucket_of(&row.id, store.keys.shards()),
+        session.env_of(&row.namespace),
+        &row.namespace,
+    );
+    let tagged = store
+        .run_int(
+            &TAG,
+            &[placements.as_bytes()],
+            &[
+                row.id.as_bytes(),
+                row.session_id.as_bytes(),
+                row.epoch.as_deref().unwrap_or("").as_bytes(),
+                body.tag.as_bytes(),
+            ],
+        )
+        .await?;
     Ok(Response::json_value(
         StatusCode::OK,
         &serde_json::json!({ "tagged": tagged == 1 }),

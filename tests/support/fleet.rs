@@ -7,12 +7,18 @@ use super::http::{Reply, post_json};
 use super::node::Node;
 use super::redis::RedisServer;
 use super::worker::TestWorker;
+use pinboard::store::{Keys, bucket_of};
+
+/// The fixture's node runs this many buckets.
+pub const SHARDS: u32 = 4;
 
 pub struct Fixture {
     pub redis: RedisServer,
     pub node: Node,
     /// A worker credential for account `acct-a` on every namespace.
     pub token: String,
+    /// The node's key names.
+    pub keys: Keys,
 }
 
 impl Fixture {
@@ -23,11 +29,17 @@ impl Fixture {
     /// A node on a redis-server the test started its own way (with persistence, say).
     pub fn on(redis: RedisServer, env: &[(&str, &str)]) -> Fixture {
         let mut env = env.to_vec();
-        env.push(("PINBOARD_SHARDS", "4"));
+        let shards = SHARDS.to_string();
+        env.push(("PINBOARD_SHARDS", &shards));
         env.push(("PINBOARD_VERIFY_TIMEOUT_MS", "500"));
         let node = Node::start(&redis.url(), &env);
         let token = node.worker_token("acct-a");
-        Fixture { redis, node, token }
+        Fixture {
+            redis,
+            node,
+            token,
+            keys: super::keys(SHARDS),
+        }
     }
 
     pub fn post(&self, route: &str, token: &str, body: &Value) -> Reply {
@@ -85,49 +97,55 @@ impl Fixture {
     }
 
     pub fn session_record(&self, session: &str) -> Option<Value> {
-        let raw = self.cli(&["HGET", "pinboard:{r}:sessions", session]);
+        let raw = self.cli(&["HGET", self.keys.sessions(), session]);
         (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
     }
 
+    /// A session's live copy in a bucket: `None` where there is none, or only the tombstone a
+    /// drop leaves.
     pub fn bucket_record(&self, bucket: u32, session: &str) -> Option<Value> {
-        let raw = self.cli(&["HGET", &format!("pinboard:{{{bucket}}}:workers"), session]);
-        (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
+        let raw = self.cli(&["HGET", &self.keys.bucket(bucket).workers, session]);
+        let copy: Value = serde_json::from_str(&raw).ok()?;
+        (copy.get("dropped").is_none()).then_some(copy)
+    }
+
+    /// The sessions with a live copy (no tombstone) in a bucket.
+    pub fn live_copies(&self, bucket: u32) -> std::collections::BTreeSet<String> {
+        let all = self.cli(&["HGETALL", &self.keys.bucket(bucket).workers]);
+        let lines: Vec<&str> = all.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|pair| !pair[1].contains("\"dropped\""))
+            .map(|pair| pair[0].to_owned())
+            .collect()
     }
 
     pub fn in_ns_list(&self, bucket: u32, ns: &str, session: &str) -> bool {
-        self.cli(&[
-            "SISMEMBER",
-            &format!("pinboard:{{{bucket}}}:nsw:{ns}"),
-            session,
-        ]) == "1"
+        self.cli(&["SISMEMBER", &self.keys.nsw(bucket, "", ns), session]) == "1"
     }
 
     /// Writes a placement row directly, as the resolve script will.
     pub fn put_row(&self, ns: &str, id: &str, row: Value) {
-        let bucket = pinboard::redis::bucket_of(id, 4);
+        let bucket = bucket_of(id, SHARDS);
         self.cli(&[
             "HSET",
-            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
+            &self.keys.placements(bucket, "default", ns),
             id,
             &row.to_string(),
         ]);
     }
 
     pub fn row(&self, ns: &str, id: &str) -> Option<Value> {
-        let bucket = pinboard::redis::bucket_of(id, 4);
-        let raw = self.cli(&[
-            "HGET",
-            &format!("pinboard:{{{bucket}}}:default:{ns}:placements"),
-            id,
-        ]);
+        let bucket = bucket_of(id, SHARDS);
+        let raw = self.cli(&["HGET", &self.keys.placements(bucket, "default", ns), id]);
         (!raw.is_empty()).then(|| serde_json::from_str(&raw).unwrap())
     }
 
     /// Ends the cold-start quarantine of every bucket, as if the registry had been up for a
     /// lease already.
     pub fn warm(&self) {
-        for bucket in 0..4 {
-            self.cli(&["SET", &format!("pinboard:{{{bucket}}}:boot_time"), "0"]);
+        for bucket in 0..SHARDS {
+            self.cli(&["SET", &self.keys.bucket(bucket).boot_time, "0"]);
         }
     }
 }

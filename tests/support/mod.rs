@@ -8,3 +8,9 @@ pub mod http;
 pub mod node;
 pub mod redis;
 pub mod worker;
+
+/// The key names the node under test uses (default prefix): tests read Redis through the same
+/// layout the node writes.
+pub fn keys(shards: u32) -> pinboard::store::Keys {
+    pinboard::store::Keys::new("pinboard:", shards)
+}

@@ -1,0 +1,499 @@
+//! The store: the one home of the Redis layout. It names every key ([`Keys`]), owns the
+//! records stored under them and their encoding ([`records`]), embeds the Lua scripts
+//! ([`scripts`]) and does the reads and multi-bucket writes the routes ask for. Nothing outside
+//! it formats a key or parses a stored record; see `src/store/README.md`.
+//!
+//! Every script declares every key it touches in `KEYS`, so on a resharding Redis Cluster a
+//! script whose keys are split between two nodes is refused (ASK, then TRYAGAIN, retried by
+//! the client) rather than run against half of them.
+
+mod keys;
+mod records;
+pub mod scripts;
+
+use std::collections::BTreeMap;
+
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Origin};
+use crate::redis::{Redis, Reply, Script};
+
+pub use keys::{BucketKeys, Keys, bucket_of};
+pub use records::{
+    BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
+    Takeover, lua_list, lua_option,
+};
+use scripts::{BUCKET_WORKER, SESSION_DROP};
+
+/// One core's view of the store: its Redis connection and the key names.
+pub struct Store {
+    pub redis: Redis,
+    pub keys: Keys,
+    /// The lease TTL in ms, formatted once: most scripts take it.
+    lease: String,
+}
+
+/// How often a multi-bucket write re-reads a bucket whose copies changed under it.
+const STALE_RETRIES: usize = 5;
+
+impl Store {
+    pub fn new(redis: Redis, keys: Keys, lease_ttl_ms: u64) -> Store {
+        Store {
+            redis,
+            keys,
+            lease: lease_ttl_ms.to_string(),
+        }
+    }
+
+    /// The lease TTL (ms) as scripts take it.
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    /// Runs `script` and parses its JSON answer.
+    pub async fn run<T: DeserializeOwned>(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T, Error> {
+        let reply = self.redis.evalsha(script, keys, args).await?;
+        let text = reply.as_bytes().ok_or_else(|| {
+            Error::new(
+                Origin::Internal,
+                format!("{} answered {reply:?}", script.name),
+            )
+        })?;
+        serde_json::from_slice(text)
+            .map_err(|e| Error::because(Origin::Internal, format!("{} answer", script.name), e))
+    }
+
+    /// Runs `script` for its integer answer.
+    pub async fn run_int(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<i64, Error> {
+        match self.redis.evalsha(script, keys, args).await? {
+            Reply::Int(n) => Ok(n),
+            other => Err(Error::new(
+                Origin::Internal,
+                format!("{} answered {other:?}", script.name),
+            )),
+        }
+    }
+
+    /// The session's master record, if the registry has one (live or not).
+    pub async fn session(&self, session_id: &str) -> Result<Option<Session>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[
+                b"HGET",
+                self.keys.sessions().as_bytes(),
+                session_id.as_bytes(),
+            ])
+            .await?;
+        reply.as_bytes().map(decode_session).transpose()
+    }
+
+    /// Every session record the registry has, live or not.
+    pub async fn sessions(&self) -> Result<Vec<Session>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[b"HVALS", self.keys.sessions().as_bytes()])
+            .await?;
+        reply
+            .as_array()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Reply::as_bytes)
+            .map(decode_session)
+            .collect()
+    }
+
+    /// A client's record: its account and live session.
+    pub async fn client(&self, client_id: &str) -> Result<Option<ClientRecord>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[
+                b"HGET",
+                self.keys.clients().as_bytes(),
+                client_id.as_bytes(),
+            ])
+            .await?;
+        Ok(reply.as_bytes().and_then(ClientRecord::decode))
+    }
+
+    /// Hostname-aware: every `{hostname}{ns}` binding.
+    pub async fn host_bindings(&self) -> Result<Vec<(String, HostBinding)>, Error> {
+        self.hash_of(self.keys.bind_hosts()).await
+    }
+
+    /// Hostname-aware: every env's agreed takeover.
+    pub async fn env_bindings(&self) -> Result<Vec<(String, EnvBinding)>, Error> {
+        self.hash_of(self.keys.bind_envs()).await
+    }
+
+    async fn hash_of<T: DeserializeOwned>(&self, key: &str) -> Result<Vec<(String, T)>, Error> {
+        let reply = self.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+        Ok(reply
+            .pairs()
+            .filter_map(|(k, raw)| Some((k.to_owned(), serde_json::from_slice(raw).ok()?)))
+            .collect())
+    }
+
+    /// The placement row of `id` in (env, ns), if any.
+    pub async fn row(&self, env: &str, ns: &str, id: &str) -> Result<Option<PlacementRow>, Error> {
+        let key = self
+            .keys
+            .placements(bucket_of(id, self.keys.shards()), env, ns);
+        let reply = self
+            .redis
+            .cmd(&[b"HGET", key.as_bytes(), id.as_bytes()])
+            .await?;
+        Ok(reply.as_bytes().and_then(PlacementRow::decode))
+    }
+
+    /// Every placement row of (env, ns) across the buckets, sorted by id.
+    pub async fn rows(&self, env: &str, ns: &str) -> Result<Vec<(String, PlacementRow)>, Error> {
+        let mut rows = Vec::new();
+        for bucket in 0..self.keys.shards() {
+            let key = self.keys.placements(bucket, env, ns);
+            let reply = self.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+            rows.extend(
+                reply
+                    .pairs()
+                    .filter_map(|(id, raw)| Some((id.to_owned(), PlacementRow::decode(raw)?))),
+            );
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(rows)
+    }
+
+    /// The copies of `sessions` in every bucket: per bucket, one entry per session (`None`
+    /// where the bucket has none).
+    pub async fn copies(&self, sessions: &[&str]) -> Result<Vec<Vec<Option<BucketCopy>>>, Error> {
+        let reads = (0..self.keys.shards()).map(|b| {
+            let mut args: Vec<&[u8]> = vec![b"HMGET", self.keys.bucket(b).workers.as_bytes()];
+            args.extend(sessions.iter().map(|s| s.as_bytes()));
+            async move { self.redis.cmd(&args).await }
+        });
+        let mut all = Vec::new();
+        for copies in join_all(reads).await {
+            all.push(
+                copies?
+                    .as_array()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| c.as_bytes().and_then(|raw| BucketCopy::decode(raw).ok()))
+                    .collect(),
+            );
+        }
+        Ok(all)
+    }
+
+    /// Each bucket's cold-start stamp (ms), where it has one.
+    pub async fn boot_times(&self) -> Result<Vec<i64>, Error> {
+        let reads = (0..self.keys.shards()).map(|b| async move {
+            let args: [&[u8]; 2] = [b"GET", self.keys.bucket(b).boot_time.as_bytes()];
+            self.redis.cmd(&args).await
+        });
+        let mut stamps = Vec::new();
+        for boot in join_all(reads).await {
+            stamps.extend(boot?.as_int());
+        }
+        Ok(stamps)
+    }
+
+    /// Writes the session's copy into every bucket, all buckets in flight at once. With
+    /// `reclaim` (a registration) it also prunes, drops the replaced session's copy and
+    /// reclaims held ids; without (a heartbeat) it renews the copies, and writes back a copy
+    /// a bucket lost (never one a deregister or a replacement dropped: that left a tombstone).
+    pub async fn put_everywhere(
+        &self,
+        session: &Session,
+        operator_draining: bool,
+        reclaim: Option<&Reclaim<'_>>,
+    ) -> Result<BucketOutcome, Error> {
+        let copy = session.bucket_copy(operator_draining);
+        let shards = self.keys.shards();
+        let mut held: Vec<Vec<(&str, &str, &str)>> = vec![Vec::new(); shards as usize];
+        if let Some(r) = reclaim {
+            for (ns, ids) in r.instances {
+                for id in ids {
+                    let bucket = bucket_of(id, shards);
+                    held[bucket as usize].push((session.env_of(ns), ns, id));
+                }
+            }
+        }
+        let op = match reclaim {
+            Some(r) => BucketOp::Put {
+                replaces: r.replaces.unwrap_or(""),
+                prev: r.prev_session.unwrap_or(""),
+            },
+            None => BucketOp::Renew,
+        };
+        let calls = (0..shards).map(|b| {
+            let call = BucketCall {
+                bucket: b,
+                op,
+                session_id: &session.session_id,
+                copy: &copy,
+                held: &held[b as usize],
+            };
+            async move { self.bucket_worker(&call).await }
+        });
+        let mut total = BucketOutcome::default();
+        for outcome in join_all(calls).await {
+            let outcome = outcome?;
+            total.duplicates.extend(outcome.duplicates);
+            total.wind_downs.extend(outcome.wind_downs);
+            total.healed += outcome.healed;
+        }
+        Ok(total)
+    }
+
+    /// Drops a session everywhere: its registry record, then its copy in every bucket. With
+    /// `live`, a session whose lease ran out counts as unknown (and its record stays). False
+    /// when the registry had no such (live) record.
+    pub async fn drop_session(&self, session_id: &str, live: bool) -> Result<bool, Error> {
+        #[derive(Deserialize)]
+        struct Dropped {
+            #[serde(default)]
+            unknown: bool,
+        }
+        let live: &[u8] = if live { b"live" } else { b"" };
+        let control = self.keys.control(session_id);
+        let dropped: Dropped = self
+            .run(
+                &SESSION_DROP,
+                &[
+                    self.keys.sessions().as_bytes(),
+                    self.keys.clients().as_bytes(),
+                    control.as_bytes(),
+                ],
+                &[session_id.as_bytes(), live],
+            )
+            .await?;
+        // Copies go even when the registry had no (live) record: dropping is idempotent, and
+        // a copy written by a request that raced the record's removal must not outlive it.
+        let copy = BucketCopy::default();
+        let calls = (0..self.keys.shards()).map(|b| {
+            let call = BucketCall {
+                bucket: b,
+                op: BucketOp::Drop,
+                session_id,
+                copy: &copy,
+                held: &[],
+            };
+            async move { self.bucket_worker(&call).await }
+        });
+        for outcome in join_all(calls).await {
+            outcome?;
+        }
+        Ok(!dropped.unknown)
+    }
+
+    /// One bucket's `bucket_worker.lua`. The namespace lists of the copies it may drop are
+    /// keys it must declare, so they are read first; when the copies changed in between, the
+    /// script writes nothing and answers `stale`, and the bucket is read again.
+    async fn bucket_worker(&self, call: &BucketCall<'_>) -> Result<BucketOutcome, Error> {
+        let keys = &self.keys;
+        let bucket = keys.bucket(call.bucket);
+        let (op, prune, replaces, prev) = match call.op {
+            BucketOp::Put { replaces, prev } => ("put", "prune", replaces, prev),
+            BucketOp::Renew => ("renew", "", "", ""),
+            BucketOp::Drop => ("drop", "", "", ""),
+        };
+        // The reclaimed ids' placements hashes, each declared once.
+        let mut placements: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for (env, ns, _) in call.held {
+            let next = placements.len();
+            placements.entry((env, ns)).or_insert(next);
+        }
+        let record = match call.op {
+            BucketOp::Drop => String::new(),
+            _ => call.copy.encode(),
+        };
+        for _ in 0..STALE_RETRIES {
+            // The lists this call may touch: the copy's own, and those of every copy in the
+            // bucket it may drop (all of them when it prunes, else the named sessions').
+            let mut names: Vec<String> = call.copy.list_names().collect();
+            let others: Vec<BucketCopy> = match call.op {
+                BucketOp::Put { .. } => {
+                    let all = self
+                        .redis
+                        .cmd(&[b"HVALS", bucket.workers.as_bytes()])
+                        .await?;
+                    all.as_array()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|raw| BucketCopy::decode(raw.as_bytes()?).ok())
+                        .collect()
+                }
+                BucketOp::Drop => {
+                    let own = self
+                        .redis
+                        .cmd(&[
+                            b"HGET",
+                            bucket.workers.as_bytes(),
+                            call.session_id.as_bytes(),
+                        ])
+                        .await?;
+                    own.as_bytes()
+                        .and_then(|raw| BucketCopy::decode(raw).ok())
+                        .into_iter()
+                        .collect()
+                }
+                BucketOp::Renew => Vec::new(),
+            };
+            names.extend(others.iter().flat_map(BucketCopy::list_names));
+            names.sort();
+            names.dedup();
+            let lists: Vec<String> = names
+                .iter()
+                .map(|name| keys.nsw_named(call.bucket, name))
+                .collect();
+            let placement_keys: Vec<String> = placements
+                .keys()
+                .map(|(env, ns)| keys.placements(call.bucket, env, ns))
+                .collect();
+            let mut declared: Vec<&[u8]> = vec![bucket.workers.as_bytes()];
+            declared.extend(lists.iter().map(|k| k.as_bytes()));
+            declared.extend(placement_keys.iter().map(|k| k.as_bytes()));
+            let first_placements = 2 + lists.len();
+            let held: Vec<(usize, &str, &str)> = call
+                .held
+                .iter()
+                .map(|(env, ns, id)| (first_placements + placements[&(*env, *ns)], *ns, *id))
+                .collect();
+            let held = serde_json::to_string(&held).expect("held ids serialize");
+            let names = serde_json::to_string(&names).expect("list names serialize");
+            let args: [&[u8]; 9] = [
+                op.as_bytes(),
+                call.session_id.as_bytes(),
+                record.as_bytes(),
+                self.lease.as_bytes(),
+                prune.as_bytes(),
+                replaces.as_bytes(),
+                prev.as_bytes(),
+                held.as_bytes(),
+                names.as_bytes(),
+            ];
+            let outcome: BucketOutcome = self.run(&BUCKET_WORKER, &declared, &args).await?;
+            if !outcome.stale {
+                return Ok(outcome);
+            }
+        }
+        Err(Error::new(
+            Origin::Redis,
+            format!(
+                "bucket {}: worker copies kept changing under a write",
+                call.bucket
+            ),
+        )
+        .retryable(true))
+    }
+}
+
+fn decode_session(raw: &[u8]) -> Result<Session, Error> {
+    Session::decode(raw).map_err(|e| Error::because(Origin::Internal, "stored session", e))
+}
+
+#[derive(Clone, Copy)]
+enum BucketOp<'a> {
+    Put { replaces: &'a str, prev: &'a str },
+    Renew,
+    Drop,
+}
+
+struct BucketCall<'a> {
+    bucket: u32,
+    op: BucketOp<'a>,
+    session_id: &'a str,
+    copy: &'a BucketCopy,
+    /// (env, ns, id) held in this bucket, to reclaim.
+    held: &'a [(&'a str, &'a str, &'a str)],
+}
+
+/// What `put_everywhere` found across the buckets.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketOutcome {
+    #[serde(default, deserialize_with = "lua_list")]
+    pub duplicates: Vec<(String, String)>,
+    /// (ns, id, wind-down expiry ms) of reclaimed rows under a wind-down.
+    #[serde(default, deserialize_with = "lua_list")]
+    pub wind_downs: Vec<(String, String, u64)>,
+    /// How many buckets had lost the copy and got it back (per bucket: 0 or 1).
+    #[serde(default, deserialize_with = "healed")]
+    pub healed: usize,
+    #[serde(default)]
+    stale: bool,
+}
+
+fn healed<'de, D: serde::Deserializer<'de>>(de: D) -> Result<usize, D::Error> {
+    Ok(usize::from(bool::deserialize(de)?))
+}
+
+/// What a registration asks of every bucket besides writing the worker's copy.
+pub struct Reclaim<'a> {
+    pub replaces: Option<&'a str>,
+    pub prev_session: Option<&'a str>,
+    /// Ids held per namespace.
+    pub instances: &'a BTreeMap<String, Vec<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    /// The layout has one home: no Rust file outside `src/store/` spells a key of it.
+    #[test]
+    fn no_key_is_named_outside_the_store() {
+        // A key is a prefix (`…}`) with a name after it, or a hash tag.
+        let fragments = [
+            "{r}",
+            "}sessions",
+            "}clients",
+            "}control:",
+            "}drain:",
+            "}bind:",
+            "}fleet",
+            "}members",
+            "}sweeper",
+            "}workers",
+            "}nsw:",
+            "}boot_time",
+            "}epoch",
+            ":placements",
+            ":overwritten",
+            ":wake",
+        ];
+        let mut stack = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src"
+        ))];
+        let mut checked = 0;
+        while let Some(path) = stack.pop() {
+            if path.ends_with("store") {
+                continue;
+            }
+            if path.is_dir() {
+                stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for fragment in fragments {
+                    assert!(
+                        !text.contains(fragment),
+                        "{} names {fragment}",
+                        path.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 50, "{checked} files");
+    }
+}

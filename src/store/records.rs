@@ -1,0 +1,289 @@
+//! The records stored under the keys of [`super::Keys`], each with its one encoding (JSON, as
+//! the contract fixes it and as the Lua scripts read it): a session's master record and the
+//! copy each bucket holds, placement rows, client records, bindings and drains.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// In single mode every key's `{env}` part is this literal (contract §3).
+pub const SINGLE_ENV: &str = "default";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Takeover {
+    WindDown,
+    Deny,
+}
+
+impl Takeover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Takeover::WindDown => "wind_down",
+            Takeover::Deny => "deny",
+        }
+    }
+}
+
+/// The master record of a session, in the registry slot's `sessions` hash.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub session_id: String,
+    pub client_id: String,
+    pub account: String,
+    pub secret: String,
+    pub advertise_url: String,
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// Always written (possibly `{}`): the scripts index it without a nil check.
+    #[serde(default)]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<Takeover>,
+    pub headroom: f64,
+    /// The worker's own draining flag (an operator drain is kept apart).
+    pub draining: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_since: Option<u64>,
+    /// Epoch ms; the lease runs out at this instant. Set by the scripts.
+    #[serde(default)]
+    pub expiry: u64,
+}
+
+impl Session {
+    /// The env of this session's placements in `ns`: `envs[ns]`, else `env`, and in single mode
+    /// the literal `default`.
+    pub fn env_of(&self, ns: &str) -> &str {
+        match &self.env {
+            Some(env) => self.envs.get(ns).unwrap_or(env),
+            None => SINGLE_ENV,
+        }
+    }
+
+    /// The copy each bucket holds: what a resolve needs to pick and reach this worker.
+    pub fn bucket_copy(&self, operator_draining: bool) -> BucketCopy {
+        BucketCopy {
+            expiry: self.expiry,
+            headroom: self.headroom,
+            draining: self.draining || operator_draining,
+            degraded: self.degraded_since.is_some(),
+            namespaces: self.namespaces.clone(),
+            hostname: self.hostname.clone(),
+            env: self.env.clone(),
+            envs: self.envs.clone(),
+            advertise_url: self.advertise_url.clone(),
+            secret: self.secret.clone(),
+            dropped: false,
+        }
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Session, serde_json::Error> {
+        serde_json::from_slice(raw)
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a session serializes")
+    }
+}
+
+/// A worker's copy in one bucket's `workers` hash. A dropped session leaves a tombstone
+/// (`dropped`, expired, no namespaces) for a lease, so that a heartbeat racing the drop cannot
+/// write the copy back; the tombstone is pruned like any dead copy.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketCopy {
+    pub expiry: u64,
+    #[serde(default)]
+    pub headroom: f64,
+    #[serde(default)]
+    pub draining: bool,
+    #[serde(default)]
+    pub degraded: bool,
+    #[serde(default, deserialize_with = "lua_list")]
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    #[serde(default)]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default)]
+    pub advertise_url: String,
+    #[serde(default)]
+    pub secret: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropped: bool,
+}
+
+impl BucketCopy {
+    pub fn decode(raw: &[u8]) -> Result<BucketCopy, serde_json::Error> {
+        serde_json::from_slice(raw)
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a bucket copy serializes")
+    }
+
+    /// The `{hostname}{ns}` name of each namespace list this copy is a member of.
+    pub fn list_names(&self) -> impl Iterator<Item = String> + '_ {
+        let hostname = self.hostname.as_deref().unwrap_or("");
+        self.namespaces
+            .iter()
+            .map(move |ns| format!("{hostname}{ns}"))
+    }
+}
+
+/// A placement row (contract §5): the owner session and the epoch it was placed at; a row
+/// without a session is an ownerless placeholder. `expiry` is a wind-down fence (ms).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRow {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiry: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+impl PlacementRow {
+    /// A row as stored; `None` for bytes that are not one.
+    pub fn decode(raw: &[u8]) -> Option<PlacementRow> {
+        serde_json::from_slice(raw).ok()
+    }
+
+    /// The owner, or `None` for a placeholder (no sessionId, or an empty one).
+    pub fn owner(&self) -> Option<&str> {
+        self.session_id.as_deref().filter(|s| !s.is_empty())
+    }
+
+    /// The epoch as quoted back by release, tag and wind-down (`""` for an epoch-less row).
+    pub fn epoch(&self) -> &str {
+        self.epoch.as_deref().unwrap_or("")
+    }
+
+    /// Whether a wind-down fence has closed at `now` (ms).
+    pub fn fenced(&self, now: u64) -> bool {
+        self.expiry.is_some_and(|e| e <= now)
+    }
+}
+
+/// A client's entry in `clients`: the account that first registered it and its live session.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientRecord {
+    pub account: String,
+    pub session_id: String,
+}
+
+impl ClientRecord {
+    pub fn decode(raw: &[u8]) -> Option<ClientRecord> {
+        serde_json::from_slice(raw).ok()
+    }
+}
+
+/// Hostname-aware: the env a `{hostname}{ns}` is bound to, and the binding epoch.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HostBinding {
+    pub env: String,
+    pub epoch: i64,
+}
+
+/// Hostname-aware: the takeover rule an env's workers agreed on, and the binding epoch.
+#[derive(Clone, Debug, Deserialize)]
+pub struct EnvBinding {
+    pub takeover: String,
+    pub epoch: i64,
+}
+
+/// An operator drain of a client, as stored (`deadline` absent for a cordon).
+#[derive(Clone, Debug, Deserialize)]
+pub struct Drain {
+    pub deadline: Option<u64>,
+}
+
+/// Lua's cjson cannot tell an empty array from an empty object and writes `{}` for both, so a
+/// list read back from a script may arrive as `{}`.
+pub fn lua_list<'de, D, T>(de: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrEmpty<T> {
+        List(Vec<T>),
+        Empty(BTreeMap<String, serde::de::IgnoredAny>),
+    }
+    match ListOrEmpty::deserialize(de)? {
+        ListOrEmpty::List(items) => Ok(items),
+        ListOrEmpty::Empty(map) if map.is_empty() => Ok(Vec::new()),
+        ListOrEmpty::Empty(_) => Err(serde::de::Error::custom("expected a list")),
+    }
+}
+
+/// Scripts answer `false` for "none" (Lua has no null inside tables).
+pub fn lua_option<'de, D, T>(de: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum FalseOr<T> {
+        False(bool),
+        Some(T),
+    }
+    match Option::<FalseOr<T>>::deserialize(de)? {
+        None | Some(FalseOr::False(false)) => Ok(None),
+        Some(FalseOr::Some(v)) => Ok(Some(v)),
+        Some(FalseOr::False(true)) => Err(serde::de::Error::custom("expected false or a value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_decode_as_the_scripts_write_them() {
+        let row = PlacementRow::decode(br#"{"sessionId":"s1","epoch":"17","tag":"t"}"#).unwrap();
+        assert_eq!(row.owner(), Some("s1"));
+        assert_eq!(row.epoch(), "17");
+        assert!(!row.fenced(0));
+        let placeholder = PlacementRow::decode(br#"{"sessionId":""}"#).unwrap();
+        assert_eq!(placeholder.owner(), None);
+        assert_eq!(placeholder.epoch(), "");
+        let fenced = PlacementRow::decode(br#"{"sessionId":"s","expiry":5}"#).unwrap();
+        assert!(fenced.fenced(5) && !fenced.fenced(4));
+        assert!(PlacementRow::decode(b"[1]").is_none());
+    }
+
+    #[test]
+    fn a_tombstone_is_an_expired_copy_in_no_list() {
+        // As bucket_worker.lua writes one; cjson writes an empty list as {}.
+        for raw in [
+            &br#"{"expiry":1,"dropped":true}"#[..],
+            br#"{"expiry":1,"dropped":true,"namespaces":{}}"#,
+        ] {
+            let tombstone = BucketCopy::decode(raw).unwrap();
+            assert!(tombstone.dropped && tombstone.namespaces.is_empty());
+        }
+        let copy = BucketCopy {
+            namespaces: vec!["/a".into(), "/b".into()],
+            hostname: Some("h.example".into()),
+            ..BucketCopy::default()
+        };
+        let names: Vec<String> = copy.list_names().collect();
+        assert_eq!(names, ["h.example/a", "h.example/b"]);
+        assert!(!copy.encode().contains("dropped"));
+    }
+}

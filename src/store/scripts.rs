@@ -1,0 +1,116 @@
+//! The Lua scripts, embedded from `lua/NAME.lua` at build time with `lua/prelude.lua` (the
+//! shared helpers) in front, and run by SHA1 through `Redis::evalsha`. `lua/README.md` lists
+//! the keys each one declares.
+
+use std::sync::LazyLock;
+
+use crate::redis::Script;
+
+/// `script!("name")` embeds `lua/prelude.lua` followed by `lua/name.lua`.
+macro_rules! script {
+    ($name:literal) => {
+        LazyLock::new(|| {
+            Script::new(
+                $name,
+                concat!(
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua")),
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua")),
+                ),
+            )
+        })
+    };
+}
+
+/// Readiness probe for `GET /readyz`: proves the scripting path works; returns the server clock
+/// in milliseconds.
+pub static READY: LazyLock<Script> = script!("ready");
+/// The registry half of a registration: ownership, bindings, pruning, the session record.
+pub static REGISTER: LazyLock<Script> = script!("register");
+/// The registry half of a heartbeat: lease, flags, superseded check, control queue peek.
+pub static HEARTBEAT: LazyLock<Script> = script!("heartbeat");
+/// Drops a session from the registry slot (deregister, voided registration).
+pub static SESSION_DROP: LazyLock<Script> = script!("session_drop");
+/// Queues control messages to a session.
+pub static CONTROL_PUSH: LazyLock<Script> = script!("control_push");
+/// A worker's copy in one bucket: put (register, reclaim), renew (heartbeat) or drop.
+pub static BUCKET_WORKER: LazyLock<Script> = script!("bucket_worker");
+/// Compare-and-delete of placement rows in one bucket.
+pub static RELEASE: LazyLock<Script> = script!("release");
+/// Placement: the one live owner of (env, namespace, id), or why not.
+pub static RESOLVE: LazyLock<Script> = script!("resolve");
+/// An operator wind-down: stamps or clears rows' wind-down expiry, compare-and-set.
+pub static WIND_DOWN: LazyLock<Script> = script!("wind_down");
+/// An operator drain of a client: set (timed or cordon) or clear.
+pub static DRAIN: LazyLock<Script> = script!("drain");
+/// The fleet license claim and membership entry of a node.
+pub static FLEET: LazyLock<Script> = script!("fleet");
+/// Hostname-aware: the env, takeover and quarantine of a (hostname, namespace).
+pub static BINDING: LazyLock<Script> = script!("binding");
+/// Clears an overwritten marker at or below a served epoch.
+pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
+/// Compare-and-set of a placement's owner tag.
+pub static TAG: LazyLock<Script> = script!("tag");
+
+/// Every script, for the checks below and for `lua/README.md`.
+pub static ALL: [&LazyLock<Script>; 14] = [
+    &READY,
+    &REGISTER,
+    &HEARTBEAT,
+    &SESSION_DROP,
+    &CONTROL_PUSH,
+    &BUCKET_WORKER,
+    &RELEASE,
+    &RESOLVE,
+    &WIND_DOWN,
+    &DRAIN,
+    &FLEET,
+    &BINDING,
+    &OVERWRITTEN_CLEAR,
+    &TAG,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_starts_with_the_prelude() {
+        for script in ALL {
+            assert!(script.source.starts_with("-- Prepended"), "{}", script.name);
+            assert!(script.source.contains("local function now_ms()"));
+        }
+    }
+
+    /// The layout lives in `src/store/keys.rs`: no script spells a key (no `pinboard:`, no
+    /// `{r}`/`{b}` tag, no suffix of the layout concatenated onto a prefix), and each one reads
+    /// its keys from `KEYS` only.
+    #[test]
+    fn no_script_names_a_key() {
+        let suffixes = [
+            "'sessions'",
+            "'clients'",
+            "'control:",
+            "'drain:",
+            "'bind:",
+            "'fleet'",
+            "'members'",
+            "'workers'",
+            "'nsw:",
+            ":placements'",
+            ":overwritten'",
+            "'boot_time'",
+            "'epoch'",
+            "'sweeper'",
+            ":wake'",
+        ];
+        for script in ALL {
+            for needle in suffixes.iter().chain(&["pinboard:", "{r}", ".. ':'"]) {
+                assert!(
+                    !script.source.contains(needle),
+                    "{} spells a key: {needle}",
+                    script.name
+                );
+            }
+        }
+    }
+}
