@@ -8,7 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use criterion::{Criterion, criterion_group, criterion_main};
 use hmac::{Hmac, KeyInit, Mac};
-use pinboard::proxy::{Claims, Instance, Purpose, Signer};
+use pinboard::attestation::{Claims, Instance, Purpose, Signer};
 use sha2::Sha256;
 
 const SECRET: &[u8] = b"0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978";

@@ -9,11 +9,15 @@
 //! (counters), with [`node`] tying them into
 //! the request dispatch.
 
+pub mod answers;
+pub mod attestation;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod fleet;
 pub mod http;
 pub mod metrics;
+pub mod names;
 pub mod node;
 pub mod operator;
 pub mod passport;
@@ -21,5 +25,7 @@ pub mod placement;
 pub mod proxy;
 pub mod redis;
 pub mod registry;
+pub mod routes;
 pub mod runtime;
 pub mod store;
+pub mod upstream;

@@ -9,10 +9,9 @@ use std::hint::black_box;
 
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use pinboard::attestation::{Claims, Instance, Purpose, Signer};
 use pinboard::http::Persistence;
-use pinboard::proxy::{
-    BodyFraming, Claims, Forwarded, Instance, Purpose, Signer, request_head, response_head,
-};
+use pinboard::proxy::{BodyFraming, Forwarded, request_head, response_head};
 use pinboard::redis::encode_command;
 use pinboard::store::scripts::RESOLVE;
 

@@ -16,7 +16,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
-use pinboard::proxy::Purpose;
+use pinboard::attestation::Purpose;
 use serde_json::{Map, Value};
 use sha2::Sha256;
 

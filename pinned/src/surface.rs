@@ -8,9 +8,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Method, StatusCode};
+use pinboard::attestation::Purpose;
 use pinboard::error::Error;
 use pinboard::http::{Handler, Request, Response};
-use pinboard::proxy::Purpose;
 use serde_json::json;
 use tracing::debug;
 

@@ -5,6 +5,7 @@
 use http::StatusCode;
 use serde::Deserialize;
 
+use crate::answers::{self, BODY_LIMIT, Handled};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
@@ -12,7 +13,7 @@ use crate::passport::Credential;
 use crate::store::Session;
 use crate::store::scripts::DRAIN;
 
-const BODY_LIMIT: usize = 1024 * 1024;
+const DRAIN_SHAPE: &str = "{clientId, deadline: seconds | null}";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,41 +29,23 @@ struct UndrainBody {
     client_id: String,
 }
 
-pub async fn drain(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: DrainBody =
-        match read_json(req, BODY_LIMIT, "{clientId, deadline: seconds | null}").await {
-            Ok(body) => body,
-            Err(refusal) => return Ok(refusal),
-        };
+pub async fn drain(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: DrainBody = read_json(req, BODY_LIMIT, DRAIN_SHAPE).await?;
     if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
-        return Ok(Response::error(
-            StatusCode::BAD_REQUEST,
-            "expected {clientId, deadline: seconds | null}",
-        ));
+        return Ok(answers::bad_request(&format!("expected {DRAIN_SHAPE}")));
     }
     if !in_scope(core, credential, &body.client_id).await? {
-        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+        return Ok(answers::forbidden());
     }
     let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
     run(core, &body.client_id, "set", &deadline).await?;
     Ok(Response::json(StatusCode::OK, &br#"{"drained":true}"#[..]))
 }
 
-pub async fn undrain(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: UndrainBody = match read_json(req, BODY_LIMIT, "{clientId}").await {
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn undrain(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: UndrainBody = read_json(req, BODY_LIMIT, "{clientId}").await?;
     if !in_scope(core, credential, &body.client_id).await? {
-        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+        return Ok(answers::forbidden());
     }
     let revoked = run(core, &body.client_id, "clear", "").await? == 1;
     Ok(Response::json_value(

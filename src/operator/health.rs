@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use tracing::debug;
 
+use crate::answers::Handled;
 use crate::error::Error;
 use crate::http::Response;
 use crate::metrics;
@@ -34,7 +35,7 @@ pub async fn readyz(core: &Core) -> Response {
 }
 
 /// `GET /registry/health`: this node's view of itself. Answers while booting or draining.
-pub async fn registry_health(core: &Core) -> Result<Response, Error> {
+pub async fn registry_health(core: &Core) -> Handled {
     let shared = &core.shared;
     let resolutions: serde_json::Map<String, serde_json::Value> =
         metrics::outcomes(&shared.counters)

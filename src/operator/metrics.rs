@@ -5,26 +5,20 @@
 use http::{HeaderValue, StatusCode, header};
 use tracing::error;
 
+use crate::answers;
 use crate::http::{Request, Response};
 use crate::metrics::{self, Format, Snapshot};
 use crate::node::Core;
-use crate::registry::{OPERATOR_SCOPE, authorize};
+use crate::passport::Credential;
 
-pub fn metrics(core: &Core, req: &Request<'_>) -> Response {
+/// For a credential the route table authorized as an operator's.
+pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
     let shared = &core.shared;
-    // Without a metrics registry the path is like any other data-plane miss.
-    if !shared.config.metrics {
-        return Response::error(StatusCode::NOT_FOUND, "unknown namespace");
-    }
-    let credential = match authorize(core, req, OPERATOR_SCOPE) {
-        Ok(credential) => credential,
-        Err(refusal) => return refusal,
-    };
     let whole_fleet = credential.route_claim().is_ok_and(|claim| {
         claim.all_namespaces() && claim.unrestricted_hostnames() && claim.unrestricted_envs()
     });
     if !whole_fleet {
-        return Response::error(StatusCode::FORBIDDEN, "forbidden");
+        return answers::forbidden();
     }
     let snapshot = Snapshot {
         outcomes: metrics::outcomes(&shared.counters).collect(),
@@ -41,10 +35,7 @@ pub fn metrics(core: &Core, req: &Request<'_>) -> Response {
         ),
         Err(e) => {
             error!(error = %e, "rendering metrics");
-            Response::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "metrics collection failed",
-            )
+            answers::metrics_failed()
         }
     }
 }

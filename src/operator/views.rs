@@ -12,12 +12,13 @@ use futures_util::StreamExt;
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
 
+use crate::answers::{self, Handled};
+use crate::attestation::{Claims, Purpose, Signer};
+use crate::clock::now_ms;
 use crate::error::Error;
 use crate::http::{Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::proxy::{Claims, Purpose, Signer};
-use crate::registry::now_ms;
 use crate::store::{PlacementRow, Session, Takeover};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
@@ -126,9 +127,9 @@ fn worker_entry(s: &Session) -> Value {
     entry
 }
 
-pub async fn workers(core: &Core, credential: &Credential) -> Result<Response, Error> {
+pub async fn workers(core: &Core, credential: &Credential) -> Handled {
     let Some(claim) = claim(credential) else {
-        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+        return Ok(answers::forbidden());
     };
     let mut shown = visible_sessions(core, claim).await?;
     current_headroom(core, &mut shown).await?;
@@ -193,15 +194,12 @@ impl<'q> OverviewFilter<'q> {
         if filter
             .ns
             .as_deref()
-            .is_some_and(|ns| !crate::registry::valid_namespace(ns))
+            .is_some_and(|ns| !crate::names::valid_namespace(ns))
         {
-            return Err(Response::error(
-                StatusCode::BAD_REQUEST,
-                "invalid namespace",
-            ));
+            return Err(answers::bad_request("invalid namespace"));
         }
         if filter.tag.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return Err(Response::error(StatusCode::BAD_REQUEST, "empty tag"));
+            return Err(answers::bad_request("empty tag"));
         }
         Ok(filter)
     }
@@ -211,9 +209,9 @@ pub async fn overview(
     core: &Core,
     credential: &Credential,
     filter: &OverviewFilter<'_>,
-) -> Result<Response, Error> {
+) -> Handled {
     let Some(claim) = claim(credential) else {
-        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+        return Ok(answers::forbidden());
     };
     let live = live_sessions(core).await?;
     let mut shown = visible(&live, claim);
@@ -300,9 +298,9 @@ pub async fn overview(
     ))
 }
 
-pub async fn stats(core: &Core, credential: &Credential) -> Result<Response, Error> {
+pub async fn stats(core: &Core, credential: &Credential) -> Handled {
     let Some(claim) = claim(credential) else {
-        return Ok(Response::error(StatusCode::FORBIDDEN, "forbidden"));
+        return Ok(answers::forbidden());
     };
     let sessions = visible_sessions(core, claim).await?;
     // A sliding window: at most 8 calls in flight, and each one that ends lets the next start

@@ -8,11 +8,12 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::answers::{self, BODY_LIMIT, Handled};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
+use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::registry::{control_push, valid_id, valid_namespace};
 use crate::store::scripts::WIND_DOWN;
 use crate::store::{PlacementRow, SINGLE_ENV, Session, bucket_of};
 
@@ -35,47 +36,40 @@ struct Row {
     hostname: Option<String>,
 }
 
-fn bad_request(message: &str) -> Response {
-    Response::error(StatusCode::BAD_REQUEST, message)
-}
-
-fn forbidden(message: &str) -> Response {
-    Response::error(StatusCode::FORBIDDEN, message)
-}
-
-pub async fn wind_down(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: Body = match read_json(req, 1024 * 1024, SHAPE).await {
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
     if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
-        return Ok(bad_request(&format!("expected {SHAPE}")));
+        return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
     let ns = body.namespace.as_str();
     if !valid_namespace(ns) {
-        return Ok(bad_request("invalid namespace"));
+        return Ok(answers::bad_request("invalid namespace"));
     }
     if body.id.as_deref().is_some_and(|id| !valid_id(id)) {
-        return Ok(bad_request("invalid instance id"));
+        return Ok(answers::bad_request("invalid instance id"));
     }
     let env = match (core.shared.config.hostname_aware, &body.env) {
-        (true, None) => return Ok(bad_request("env is required in hostname-aware mode")),
-        (false, Some(_)) => return Ok(bad_request("env requires hostname-aware mode")),
+        (true, None) => {
+            return Ok(answers::bad_request(
+                "env is required in hostname-aware mode",
+            ));
+        }
+        (false, Some(_)) => return Ok(answers::bad_request("env requires hostname-aware mode")),
         (true, Some(env)) => env.to_lowercase(),
         (false, None) => SINGLE_ENV.to_owned(),
     };
     let Ok(claim) = credential.route_claim() else {
-        return Ok(forbidden("forbidden"));
+        return Ok(answers::forbidden_because("forbidden"));
     };
     if !claim.allows_namespace(ns) {
-        return Ok(forbidden(&format!("namespace not allowed: {ns}")));
+        return Ok(answers::forbidden_because(&format!(
+            "namespace not allowed: {ns}"
+        )));
     }
     if core.shared.config.hostname_aware && !claim.allows_env(&env) {
-        return Ok(forbidden(&format!("env not allowed: {env}")));
+        return Ok(answers::forbidden_because(&format!(
+            "env not allowed: {env}"
+        )));
     }
 
     // Read the rows, judge each on its owner (or, with the owner gone, on the row's hostname),
@@ -95,7 +89,7 @@ pub async fn wind_down(
         if covers(claim, owner, &row, ns) {
             in_scope.push(row);
         } else if body.id.is_some() {
-            return Ok(forbidden("forbidden"));
+            return Ok(answers::forbidden_because("forbidden"));
         }
     }
     let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
@@ -133,7 +127,7 @@ pub async fn wind_down(
     }
     let mut queued = 0;
     for (session, list) in &messages {
-        control_push(core, session, list).await?;
+        core.store.push_wind_downs(session, list).await?;
         queued += list.len();
     }
     let answer = match body.id {

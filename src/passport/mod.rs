@@ -103,6 +103,15 @@ impl Passport {
         })
     }
 
+    /// The credential a request's `Authorization` header carries.
+    pub fn verify_headers(&self, headers: &http::HeaderMap) -> Result<Credential, Unauthorized> {
+        self.verify(
+            headers
+                .get(http::header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+        )
+    }
+
     /// `authorization`: the raw `Authorization` header value, if any.
     pub fn verify(&self, authorization: Option<&[u8]>) -> Result<Credential, Unauthorized> {
         let token = authorization

@@ -11,14 +11,12 @@ pub use affinity::{client_ip, key as affinity_key};
 
 use std::time::Duration;
 
-use http::{HeaderValue, StatusCode};
-
+use crate::answers;
 use crate::error::{Error, Origin};
 use crate::http::Response;
-use crate::node::Core;
 use crate::redis::Reply;
-use crate::store::bucket_of;
 use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RELEASE, RESOLVE};
+use crate::store::{Store, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,33 +67,28 @@ impl Outcome {
     pub fn refusal(&self) -> Response {
         match self {
             Outcome::Forward(_) => unreachable!("a forward is not a refusal"),
-            Outcome::UnknownNs => Response::error(StatusCode::NOT_FOUND, "unknown namespace"),
-            Outcome::NoBackends => unavailable("no live backends for namespace", Duration::ZERO),
-            Outcome::Quarantine(left) => unavailable("registry cold start, retry", *left),
-            Outcome::TakeoverPending(left) => unavailable("takeover in progress, retry", *left),
+            Outcome::UnknownNs => answers::unknown_namespace(),
+            Outcome::NoBackends => {
+                answers::unavailable("no live backends for namespace", Duration::ZERO)
+            }
+            Outcome::Quarantine(left) => answers::unavailable("registry cold start, retry", *left),
+            Outcome::TakeoverPending(left) => {
+                answers::unavailable("takeover in progress, retry", *left)
+            }
             Outcome::TakeoverDenied => {
-                unavailable("placement held by another hostname", Duration::ZERO)
+                answers::unavailable("placement held by another hostname", Duration::ZERO)
             }
             Outcome::NoHostnameWorkers => {
-                unavailable("no live workers for hostname", Duration::ZERO)
+                answers::unavailable("no live workers for hostname", Duration::ZERO)
             }
             Outcome::BindingQuarantine(left) => {
-                unavailable("hostname binding displaced, retry", *left)
+                answers::unavailable("hostname binding displaced, retry", *left)
             }
             Outcome::EnvConflict => {
-                unavailable("hostname bindings inconsistent, retry", Duration::ZERO)
+                answers::unavailable("hostname bindings inconsistent, retry", Duration::ZERO)
             }
         }
     }
-}
-
-/// 503 `{"error": message}` with `Retry-After: max(1, ceil(remaining / 1000))`.
-pub fn unavailable(message: &str, remaining: Duration) -> Response {
-    let secs = remaining.as_millis().div_ceil(1000).max(1);
-    Response::error(StatusCode::SERVICE_UNAVAILABLE, message).header(
-        http::header::RETRY_AFTER,
-        HeaderValue::from_str(&secs.to_string()).expect("digits"),
-    )
 }
 
 /// What a resolve is asked about.
@@ -122,14 +115,13 @@ pub struct Binding {
 }
 
 pub async fn binding(
-    core: &Core,
+    store: &Store,
     hostname: &str,
     ns: &str,
 ) -> Result<Result<Binding, Outcome>, Error> {
     let name = format!("{hostname}{ns}");
-    let keys = &core.store.keys;
-    let reply = core
-        .store
+    let keys = &store.keys;
+    let reply = store
         .redis
         .evalsha(
             &BINDING,
@@ -161,7 +153,6 @@ pub async fn binding(
     };
     let refusal = refusal
         .ok_or_else(|| Error::new(Origin::Internal, format!("binding answered {reply:?}")))?;
-    core.counters().count(refusal.name());
     Ok(Err(refusal))
 }
 
@@ -180,8 +171,15 @@ impl Constants {
     }
 }
 
-pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
-    let bucket = bucket_of(req.id, core.shared.config.shards);
+/// The one live owner of the request's instance, or why there is none. `ejected` is the JSON
+/// list of sessions this core could not reach lately.
+pub async fn resolve(
+    store: &Store,
+    constants: &Constants,
+    ejected: &str,
+    req: &Request<'_>,
+) -> Result<Outcome, Error> {
+    let bucket = bucket_of(req.id, store.keys.shards());
     // Integers formatted on the stack: a resolve allocates nothing to build its arguments.
     let (mut r1, mut r2, mut quarantine) = (
         itoa::Buffer::new(),
@@ -191,18 +189,15 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
     let r1 = r1.format(rand::random::<u32>());
     let r2 = r2.format(rand::random::<u32>());
     let quarantine = quarantine.format(req.binding_quarantine);
-    let ejected = core.proxy.ejected_json();
-    let constants = &core.resolve_constants;
     // Every key the script touches, declared: on a resharding Redis Cluster a script whose
     // keys are split between two nodes is refused (ASK, then TRYAGAIN) instead of running
     // against half of them, which could place a placed id again.
-    let keys = &core.store.keys;
+    let keys = &store.keys;
     let fixed = keys.bucket(bucket);
     let placements = keys.placements(bucket, req.env, req.ns);
     let overwritten = keys.overwritten(bucket, req.env, req.ns);
     let nsw = keys.nsw(bucket, req.hostname, req.ns);
-    let reply = core
-        .store
+    let reply = store
         .redis
         .evalsha(
             &RESOLVE,
@@ -236,7 +231,6 @@ pub async fn resolve(core: &Core, req: &Request<'_>) -> Result<Outcome, Error> {
     if outcome == Outcome::NoBackends && !req.hostname.is_empty() {
         outcome = Outcome::NoHostnameWorkers;
     }
-    core.counters().count(outcome.name());
     Ok(outcome)
 }
 
@@ -265,8 +259,7 @@ fn parse(reply: &Reply) -> Option<Outcome> {
 }
 
 /// After a 2xx from the owner at `epoch`: the overwritten marker, if at or below it, goes.
-pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> Result<(), Error> {
-    let store = &core.store;
+pub async fn clear_overwritten(store: &Store, req: &Request<'_>, epoch: &str) -> Result<(), Error> {
     let key = store
         .keys
         .overwritten(bucket_of(req.id, store.keys.shards()), req.env, req.ns);
@@ -283,8 +276,7 @@ pub async fn clear_overwritten(core: &Core, req: &Request<'_>, epoch: &str) -> R
 
 /// Frees a placement this node just made whose forward never reached the worker, so the
 /// client's retry places the id afresh (compare-and-delete on session and epoch).
-pub async fn release(core: &Core, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {
-    let store = &core.store;
+pub async fn release(store: &Store, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {
     let key = store
         .keys
         .placements(bucket_of(req.id, store.keys.shards()), req.env, req.ns);
@@ -311,7 +303,7 @@ mod tests {
     #[test]
     fn refusals_follow_the_table() {
         let r = Outcome::Quarantine(Duration::from_millis(2001)).refusal();
-        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.status, http::StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(&r.body[..], br#"{"error":"registry cold start, retry"}"#);
         assert_eq!(r.headers.last().unwrap().1, "3");
         let r = Outcome::NoBackends.refusal();

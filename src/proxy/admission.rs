@@ -9,14 +9,14 @@
 //!
 //! What it admits travels on in the attestation: `caller` and `depth`, or `acct`.
 
-use http::{HeaderName, StatusCode};
+use http::HeaderName;
 use serde_json::{Map, Value, json};
 
-use crate::error::Error;
+use crate::answers::{self, Fail, Handled};
 use crate::http::Response;
+use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::Unauthorized;
-use crate::registry::{valid_id, valid_namespace};
 use crate::store::{PlacementRow, Session};
 
 /// Deepest chain of instance-to-instance calls allowed.
@@ -28,10 +28,6 @@ pub struct Admitted {
     pub caller_session: Option<Session>,
     /// Extra attestation claims, as JSON members (`"caller":…,"depth":…` or `"acct":…`).
     pub claims: Option<Vec<u8>>,
-}
-
-fn forbidden(message: &str) -> Response {
-    Response::error(StatusCode::FORBIDDEN, message)
 }
 
 // Header names as constants: looking a `&str` up in a header map parses it every time, and
@@ -52,14 +48,14 @@ pub async fn admit(
     ns: &str,
     hostname: &str,
     env: &str,
-) -> Result<Result<Admitted, Response>, Error> {
+) -> Handled<Admitted> {
     if [&FROM, &SESSION, &SESSION_SECRET, &DEPTH]
         .iter()
         .any(|h| req.head.headers.contains_key(*h))
     {
         return caller(core, req, ns, hostname, env).await;
     }
-    Ok(passport(core, req, ns))
+    passport(core, req, ns).map_err(Fail::Answer)
 }
 
 async fn caller(
@@ -68,36 +64,33 @@ async fn caller(
     ns: &str,
     hostname: &str,
     env: &str,
-) -> Result<Result<Admitted, Response>, Error> {
+) -> Handled<Admitted> {
     let (Some(session_id), Some(secret)) = (header(req, &SESSION), header(req, &SESSION_SECRET))
     else {
-        return Ok(Err(forbidden(
-            "caller attestation requires session credentials",
-        )));
+        return Err(
+            answers::forbidden_because("caller attestation requires session credentials").into(),
+        );
     };
     let Some(session) = core.store.session(session_id).await? else {
-        return Ok(Err(forbidden("unknown session")));
+        return Err(answers::forbidden_because("unknown session").into());
     };
     // Compared in constant time: the secret is what proves the caller is that worker.
     if !constant_time_eq(session.secret.as_bytes(), secret.as_bytes()) {
-        return Ok(Err(forbidden("invalid session secret")));
+        return Err(answers::forbidden_because("invalid session secret").into());
     }
     let from = header(req, &FROM).unwrap_or("");
     let Some((caller_ns, caller_id)) = split_caller(from) else {
-        return Ok(Err(forbidden("malformed caller claim")));
+        return Err(answers::forbidden_because("malformed caller claim").into());
     };
     let depth = match header(req, &DEPTH) {
         None => 0,
         Some(d) if !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit()) => {
             d.parse::<u32>().expect("at most 9 digits")
         }
-        Some(_) => return Ok(Err(forbidden("malformed subrequest depth"))),
+        Some(_) => return Err(answers::forbidden_because("malformed subrequest depth").into()),
     };
     if depth > MAX_DEPTH {
-        return Ok(Err(Response::error(
-            StatusCode::LOOP_DETECTED,
-            "subrequest depth exceeded",
-        )));
+        return Err(answers::depth_exceeded().into());
     }
     // The caller must really hold the instance it speaks for.
     let row = core
@@ -105,23 +98,23 @@ async fn caller(
         .row(session.env_of(caller_ns), caller_ns, caller_id)
         .await?;
     if row.as_ref().and_then(PlacementRow::owner) != Some(session.session_id.as_str()) {
-        return Ok(Err(forbidden("caller placement mismatch")));
+        return Err(answers::forbidden_because("caller placement mismatch").into());
     }
     // And may only reach inside its own registration.
     let inside = session.namespaces.iter().any(|n| n == ns)
         && session.hostname.as_deref().unwrap_or("") == hostname
         && (session.hostname.is_none() || session.env_of(ns) == env);
     if !inside {
-        return Ok(Err(forbidden("target outside caller scope")));
+        return Err(answers::forbidden_because("target outside caller scope").into());
     }
     let claims = format!(
         "\"caller\":{},\"depth\":{depth}",
         Value::String(format!("{caller_ns}/{caller_id}"))
     );
-    Ok(Ok(Admitted {
+    Ok(Admitted {
         caller_session: Some(session),
         claims: Some(claims.into_bytes()),
-    }))
+    })
 }
 
 /// `/ns/id` → (`/ns`, `id`).
@@ -142,32 +135,25 @@ fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Adm
     if rules.is_empty() {
         return Ok(Admitted::default());
     }
-    let authorization = req
-        .header(http::header::AUTHORIZATION)
-        .map(|v| v.as_bytes());
     let credential = core
         .shared
         .passport
-        .verify(authorization)
+        .verify_headers(&req.head.headers)
         .map_err(|e| match e {
-            Unauthorized::Missing => {
-                Response::error(StatusCode::UNAUTHORIZED, "authentication required")
-            }
-            Unauthorized::Invalid(_) => {
-                Response::error(StatusCode::UNAUTHORIZED, "invalid credential")
-            }
+            Unauthorized::Missing => answers::authentication_required(),
+            Unauthorized::Invalid(_) => answers::invalid_credential(),
         })?;
     let Some(rule) = rules.get(ns) else {
-        return Err(forbidden("namespace not allowed"));
+        return Err(answers::forbidden_because("namespace not allowed"));
     };
     // A credential that also carries a route claim is held to its namespaces.
     if let Ok(claim) = credential.route_claim()
         && !claim.allows_namespace(ns)
     {
-        return Err(forbidden("namespace not allowed"));
+        return Err(answers::forbidden_because("namespace not allowed"));
     }
     if !rule.scopes.iter().all(|s| credential.has_scope(s)) {
-        return Err(forbidden("insufficient scope"));
+        return Err(answers::forbidden_because("insufficient scope"));
     }
     let mut acct = Map::new();
     acct.insert(

@@ -15,10 +15,10 @@ use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
 use super::headers::{self, BodyFraming, Forwarded};
-use super::pool::{Upstream, connect};
 use crate::http::{
     ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into, write_all_within,
 };
+use crate::upstream::{Upstream, connect};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 

@@ -3,164 +3,24 @@
 //! attestation and fenced by the placement epoch; in-band refusals re-placed once.
 
 mod admission;
-mod attestation;
 mod forward;
 mod headers;
-mod pool;
 
-use std::borrow::Cow;
-use std::cell::RefCell;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use ahash::AHashMap;
-use bytes::BytesMut;
 use http::{StatusCode, header};
 
-pub use attestation::{Claims, Extra, Instance, Purpose, Signer};
 pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 
-use crate::error::Error;
-use crate::http::{Request, Response, WorkerAddr};
+use crate::answers::{self, Handled};
+use crate::attestation::{Claims, Extra, Instance, Purpose};
+use crate::clock;
+use crate::http::{Request, Response};
+use crate::names::valid_id;
 use crate::node::Core;
-use crate::placement::{self, Outcome, Placement, unavailable};
-use crate::registry::valid_id;
+use crate::placement::{self, Outcome};
 use crate::store::SINGLE_ENV;
-
-/// How long a worker that could not be reached stays ejected from new placements (used only
-/// when no other candidate remains).
-const EJECTION: Duration = Duration::from_secs(10);
-
-/// A worker as this core reaches it: its parsed address, its secret's keyed HMAC state, and
-/// the node-wide count of forwards in flight to it.
-struct Worker {
-    url: String,
-    secret: String,
-    addr: WorkerAddr,
-    signer: Signer,
-    inflight: Arc<AtomicU32>,
-}
-
-/// Forwards in flight per worker session across all of the node's cores: `forwards.max_inflight`
-/// bounds what one node sends one worker, whichever core a client lands on. Each core looks its
-/// counter up here once per session (the lock is off the request path); a forward then costs one
-/// atomic increment and one decrement.
-#[derive(Default)]
-pub struct InflightCounters {
-    by_session: Mutex<AHashMap<String, Weak<AtomicU32>>>,
-}
-
-impl InflightCounters {
-    fn of(&self, session: &str) -> Arc<AtomicU32> {
-        let mut counters = self.by_session.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(counter) = counters.get(session).and_then(Weak::upgrade) {
-            return counter;
-        }
-        // Counters no core holds any more are dropped now and then, not per lookup.
-        if counters.len() >= 1024 && counters.len().is_power_of_two() {
-            counters.retain(|_, c| c.strong_count() > 0);
-        }
-        let counter = Arc::new(AtomicU32::new(0));
-        counters.insert(session.to_owned(), Arc::downgrade(&counter));
-        counter
-    }
-}
-
-/// This core's upstream state. Only this core touches it.
-pub struct Proxy {
-    pool: pool::Pool,
-    workers: RefCell<AHashMap<String, Rc<Worker>>>,
-    counters: Arc<InflightCounters>,
-    ejected: RefCell<AHashMap<String, Instant>>,
-    /// In-flight forwards per worker, node-wide (`forwards.max_inflight`).
-    cap: u32,
-    /// Buffers of finished forwards, reused by the next ones instead of allocated again.
-    spare: RefCell<Vec<Buffers>>,
-}
-
-/// What one forward writes into: the attestation's claims and token, the request head.
-#[derive(Default)]
-struct Buffers {
-    claims: Vec<u8>,
-    token: Vec<u8>,
-    head: BytesMut,
-}
-
-impl Proxy {
-    pub fn new(max_inflight: u32, counters: Arc<InflightCounters>) -> Proxy {
-        Proxy {
-            pool: pool::Pool::default(),
-            workers: RefCell::default(),
-            counters,
-            ejected: RefCell::default(),
-            cap: max_inflight,
-            spare: RefCell::default(),
-        }
-    }
-
-    /// The worker of `placement`; the parsed address and HMAC state are derived once per
-    /// (session, URL, secret), not per request.
-    fn worker(&self, placement: &Placement) -> Option<Rc<Worker>> {
-        if let Some(w) = self.workers.borrow().get(&placement.session_id)
-            && w.url == placement.advertise_url
-            && w.secret == placement.secret
-        {
-            return Some(w.clone());
-        }
-        let worker = Rc::new(Worker {
-            url: placement.advertise_url.clone(),
-            secret: placement.secret.clone(),
-            addr: WorkerAddr::parse(&placement.advertise_url).ok()?,
-            signer: Signer::new(placement.secret.as_bytes()),
-            inflight: self.counters.of(&placement.session_id),
-        });
-        let mut workers = self.workers.borrow_mut();
-        if workers.len() > 10_000 {
-            workers.clear();
-        }
-        workers.insert(placement.session_id.clone(), worker.clone());
-        Some(worker)
-    }
-
-    /// Sessions this core could not reach lately, as the JSON list `resolve.lua` takes.
-    pub fn ejected_json(&self) -> Cow<'static, str> {
-        let mut ejected = self.ejected.borrow_mut();
-        ejected.retain(|_, since| since.elapsed() < EJECTION);
-        if ejected.is_empty() {
-            return Cow::Borrowed("[]");
-        }
-        Cow::Owned(
-            serde_json::to_string(&ejected.keys().collect::<Vec<_>>()).expect("strings serialize"),
-        )
-    }
-
-    fn eject(&self, session: &str) {
-        self.ejected
-            .borrow_mut()
-            .insert(session.to_owned(), Instant::now());
-    }
-}
-
-/// Counts a forward in flight to one worker; refused past the cap.
-struct Inflight<'a>(&'a AtomicU32);
-
-impl<'a> Inflight<'a> {
-    fn enter(worker: &'a Worker, cap: u32) -> Option<Inflight<'a>> {
-        if worker.inflight.fetch_add(1, Ordering::AcqRel) >= cap {
-            worker.inflight.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Inflight(&worker.inflight))
-    }
-}
-
-impl Drop for Inflight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use crate::upstream::Inflight;
 
 /// `{ns}/{id}{rest}` below the base path.
 struct Route<'a> {
@@ -190,10 +50,6 @@ fn host_of(req: &Request<'_>) -> Option<String> {
     (!host.is_empty()).then(|| host.to_ascii_lowercase())
 }
 
-fn bad_gateway() -> Response {
-    Response::text(StatusCode::BAD_GATEWAY, "bad gateway")
-}
-
 /// Serves `path` (below the base path) and `path_and_query` (the same with the query, as the
 /// worker gets it).
 pub async fn handle(
@@ -201,16 +57,13 @@ pub async fn handle(
     req: &mut Request<'_>,
     path: &str,
     path_and_query: &str,
-) -> Result<Response, Error> {
+) -> Handled {
     if !core.shared.is_serving() {
         core.counters().count("not-serving");
-        return Ok(crate::registry::not_serving());
+        return Ok(answers::not_serving());
     }
     let Some(route) = Route::parse(path) else {
-        return Ok(Response::text(
-            StatusCode::BAD_REQUEST,
-            "invalid instance id",
-        ));
+        return Ok(answers::invalid_instance_id());
     };
     let config = &core.shared.config;
     // The protocol an upgrade asks for, kept towards the worker.
@@ -226,28 +79,25 @@ pub async fn handle(
         match host_of(req) {
             Some(host) => host,
             None => {
-                return Ok(Response::error(
-                    StatusCode::BAD_REQUEST,
-                    "missing Host header",
-                ));
+                return Ok(answers::bad_request("missing Host header"));
             }
         }
     } else {
         String::new()
     };
     let binding = if config.hostname_aware {
-        match placement::binding(core, &hostname, route.ns).await? {
+        match placement::binding(&core.store, &hostname, route.ns).await? {
             Ok(binding) => Some(binding),
-            Err(refusal) => return Ok(refusal.refusal()),
+            Err(refusal) => {
+                core.counters().count(refusal.name());
+                return Ok(refusal.refusal());
+            }
         }
     } else {
         None
     };
     let env = binding.as_ref().map_or(SINGLE_ENV, |b| b.env.as_str());
-    let admitted = match admission::admit(core, req, route.ns, &hostname, env).await? {
-        Ok(admitted) => admitted,
-        Err(refusal) => return Ok(refusal),
-    };
+    let admitted = admission::admit(core, req, route.ns, &hostname, env).await?;
     let prefer = admitted
         .caller_session
         .as_ref()
@@ -271,37 +121,41 @@ pub async fn handle(
             binding_quarantine: binding.as_ref().map_or(0, |b| b.quarantine),
         };
         let resolved_at = Instant::now();
-        let placement = match placement::resolve(core, &ask).await? {
+        let ejected = core.upstreams.ejected_json();
+        let outcome =
+            placement::resolve(&core.store, &core.resolve_constants, &ejected, &ask).await?;
+        core.counters().count(outcome.name());
+        let placement = match outcome {
             Outcome::Forward(p) => p,
             Outcome::NoBackends if refused > 0 => {
-                return Ok(unavailable(
+                return Ok(answers::unavailable(
                     "worker refused activation, retry",
                     Duration::ZERO,
                 ));
             }
             Outcome::UnknownNs if upgrade => {
-                return Ok(Response::error(StatusCode::NOT_FOUND, "not found"));
+                return Ok(answers::not_found());
             }
             refusal => return Ok(refusal.refusal()),
         };
         if let Some(fence) = placement.inherited_wind_down {
             let message = [(route.ns.to_owned(), route.id.to_owned(), Some(fence))];
-            crate::registry::control_push(core, &placement.session_id, &message).await?;
+            core.store
+                .push_wind_downs(&placement.session_id, &message)
+                .await?;
         }
-        let Some(worker) = core.proxy.worker(&placement) else {
-            return Ok(bad_gateway());
+        let Some(worker) = core.upstreams.worker(&placement) else {
+            return Ok(answers::bad_gateway());
         };
-        let Some(_inflight) = Inflight::enter(&worker, core.proxy.cap) else {
-            return Ok(unavailable(
+        let Some(_inflight) = Inflight::enter(&worker, core.upstreams.cap) else {
+            return Ok(answers::unavailable(
                 "worker inflight cap exceeded, retry",
                 Duration::ZERO,
             ));
         };
 
-        let mut buffers = core.proxy.spare.borrow_mut().pop().unwrap_or_default();
-        let iat = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let mut buffers = core.upstreams.spare.borrow_mut().pop().unwrap_or_default();
+        let iat = clock::now_secs();
         buffers.token.clear();
         let claims = Claims {
             aud: &placement.session_id,
@@ -331,17 +185,17 @@ pub async fn handle(
             // one that is still stale.
             resolved_at: (stale < 2).then_some(resolved_at),
         };
-        let pooled = core.proxy.pool.take(&worker.url);
+        let pooled = core.upstreams.pool.take(&worker.url);
         let (outcome, back) = forward::exchange(req, &exchange, pooled, &mut buffers.head).await;
-        core.proxy.spare.borrow_mut().push(buffers);
+        core.upstreams.spare.borrow_mut().push(buffers);
         if let Some(conn) = back {
-            core.proxy.pool.put(&worker.url, conn);
+            core.upstreams.pool.put(&worker.url, conn);
         }
         match outcome {
             forward::Outcome::Relayed { status, close } => {
                 // Only HTTP forwards clear the marker, not an upgrade a worker declined.
                 if status.is_success() && placement.overwritten && !upgrade {
-                    placement::clear_overwritten(core, &ask, &placement.epoch).await?;
+                    placement::clear_overwritten(&core.store, &ask, &placement.epoch).await?;
                 }
                 return Ok(Response::relayed(status, close));
             }
@@ -350,14 +204,14 @@ pub async fn handle(
                 return Ok(Response::relayed(StatusCode::SWITCHING_PROTOCOLS, true));
             }
             forward::Outcome::Refused => {
-                placement::release(core, &ask, &placement).await?;
+                placement::release(&core.store, &ask, &placement).await?;
                 core.counters().count("nack");
                 if refused == 0 && replayable {
                     refused += 1;
                     exclude = Some(placement.session_id.clone());
                     continue;
                 }
-                return Ok(unavailable(
+                return Ok(answers::unavailable(
                     "worker refused activation, retry",
                     Duration::ZERO,
                 ));
@@ -366,19 +220,17 @@ pub async fn handle(
                 // A placement this request made, on a worker it never reached, is given back so
                 // the client's retry places the id afresh.
                 if placement.placed {
-                    placement::release(core, &ask, &placement).await?;
+                    placement::release(&core.store, &ask, &placement).await?;
                 }
-                core.proxy.eject(&placement.session_id);
-                return Ok(bad_gateway());
+                core.upstreams.eject(&placement.session_id);
+                return Ok(answers::bad_gateway());
             }
-            forward::Outcome::Failed => return Ok(bad_gateway().closing()),
+            forward::Outcome::Failed => return Ok(answers::bad_gateway().closing()),
             forward::Outcome::TimedOut => {
-                return Ok(
-                    Response::text(StatusCode::GATEWAY_TIMEOUT, "upstream timeout").closing(),
-                );
+                return Ok(answers::upstream_timeout());
             }
             forward::Outcome::ClientGone => {
-                return Ok(Response::empty(StatusCode::BAD_GATEWAY).closing());
+                return Ok(answers::client_gone());
             }
             forward::Outcome::Stale => stale += 1,
         }

@@ -4,8 +4,9 @@
 use http::StatusCode;
 use serde::Deserialize;
 
-use super::{owned_session, unknown_session};
-use crate::error::Error;
+use super::owned_session;
+use crate::answers::Handled;
+use crate::answers::{BODY_LIMIT, unknown_session};
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
@@ -18,18 +19,9 @@ struct Body {
     session_id: String,
 }
 
-pub async fn deregister(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: Body = match read_json(req, 1024 * 1024, SHAPE).await {
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
-    if let Err(refusal) = owned_session(core, credential, &body.session_id, true).await? {
-        return Ok(refusal);
-    }
+pub async fn deregister(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
+    owned_session(core, credential, &body.session_id, true).await?;
     if !core.store.drop_session(&body.session_id, true).await? {
         return Ok(unknown_session());
     }

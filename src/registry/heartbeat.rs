@@ -8,17 +8,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::fields::{Scope, check_claim, forbidden_generic};
+use super::fields::{Scope, check_claim};
 use super::probe::{Probe, probe};
-use super::{claim_of, drain_secs_left, owned_session, secs_left, unknown_session};
-use crate::error::Error;
+use super::{claim_of, drain_secs_left, owned_session, secs_left};
+use crate::answers::Handled;
+use crate::answers::{self, BODY_LIMIT, unknown_session};
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::HEARTBEAT;
 use crate::store::{Drain, Session, lua_list, lua_option};
 
-const BODY_LIMIT: usize = 1024 * 1024;
 const SHAPE: &str =
     "{sessionId, headroom: number, draining: boolean, challenge, challengeValue, acks?: msgId[]}";
 
@@ -94,28 +94,18 @@ struct Answer {
     messages: Vec<Message>,
 }
 
-pub async fn heartbeat(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body = match read_json::<Body>(req, BODY_LIMIT, SHAPE).await {
-        Ok(body) if !body.headroom.is_finite() || body.headroom < 0.0 => {
-            return Ok(super::fields::bad_request(&format!("expected {SHAPE}")));
-        }
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
-    let session = match owned_session(core, credential, &body.session_id, true).await? {
-        Ok(session) => session,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
+    if !body.headroom.is_finite() || body.headroom < 0.0 {
+        return Ok(answers::bad_request(&format!("expected {SHAPE}")));
+    }
+    let session = owned_session(core, credential, &body.session_id, true).await?;
     // A credential whose claims no longer cover the record may not keep it alive.
     let Ok(advertise) = WorkerAddr::parse(&session.advertise_url) else {
-        return Ok(forbidden_generic());
+        return Ok(answers::forbidden());
     };
     if check_claim(claim_of(credential)?, &Scope::of(&session, &advertise)).is_err() {
-        return Ok(forbidden_generic());
+        return Ok(answers::forbidden());
     }
 
     let timeout = Duration::from_millis(core.shared.config.verify_timeout_ms);

@@ -9,12 +9,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::{info, warn};
 
-use super::fields::{Scope, bad_request, check_claim, normalize_name, valid_namespace};
+use super::fields::{Scope, check_claim, normalize_name};
 use super::probe::{Probe, probe};
 use super::{account_of, claim_of};
-use super::{control_push, drain_secs_left, new_session_id, unknown_session};
-use crate::error::Error;
+use super::{drain_secs_left, new_session_id};
+use crate::answers::Handled;
+use crate::answers::{self, REGISTER_BODY_LIMIT, unknown_session};
 use crate::http::{Request, Response, WorkerAddr, read_json};
+use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::REGISTER;
@@ -23,9 +25,6 @@ use crate::store::{Drain, Reclaim, Session, Takeover, lua_option};
 /// Shortest worker secret accepted: it keys every attestation and proves the probe, so it
 /// must not be guessable.
 const MIN_SECRET: usize = 16;
-
-/// Registration bodies may list many held instances.
-const BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 const SHAPE: &str = "{clientId, secret, namespaces: string[], advertiseUrl, headroom: number, \
 draining: boolean, challenge, challengeValue, hostname?, env?, envs?: {ns: env}, \
@@ -86,20 +85,10 @@ struct Held {
     id: String,
 }
 
-pub async fn register(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: Body = match read_json(req, BODY_LIMIT, SHAPE).await {
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: Body = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
     let config = &core.shared.config;
-    let (mut s, registration) = match validate(body, config.hostname_aware) {
-        Ok(v) => v,
-        Err(refusal) => return Ok(refusal),
-    };
+    let (mut s, registration) = validate(body, config.hostname_aware)?;
     let Registration {
         advertise,
         challenge,
@@ -118,7 +107,7 @@ pub async fn register(
         Probe::Pass => {}
         outcome => {
             warn!(client = %s.client_id, url = %s.advertise_url, ?outcome, "registration probe failed");
-            return Ok(bad_request("registration probe failed"));
+            return Ok(answers::bad_request("registration probe failed"));
         }
     }
 
@@ -174,7 +163,7 @@ pub async fn register(
         )
         .await?;
     if let Some(conflict) = outcome.conflict {
-        return Ok(Response::error(StatusCode::CONFLICT, &conflict));
+        return Ok(answers::conflict(&conflict));
     }
     s.expiry = outcome.expiry;
 
@@ -197,7 +186,7 @@ pub async fn register(
         .into_iter()
         .map(|(ns, id, deadline)| (ns, id, Some(deadline)))
         .collect();
-    control_push(core, &s.session_id, &wind_downs).await?;
+    store.push_wind_downs(&s.session_id, &wind_downs).await?;
     info!(session = %s.session_id, client = %s.client_id, url = %s.advertise_url, "worker registered");
 
     let drain_deadline = outcome
@@ -232,7 +221,7 @@ struct Registration {
 
 /// Applies the field rules (400s), in single or hostname-aware mode.
 fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration), Response> {
-    let expected = || bad_request(&format!("expected {SHAPE}"));
+    let expected = || answers::bad_request(&format!("expected {SHAPE}"));
     if body.client_id.is_empty()
         || body.secret.is_empty()
         || body.challenge.is_empty()
@@ -243,12 +232,12 @@ fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration),
         return Err(expected());
     }
     if body.secret.len() < MIN_SECRET {
-        return Err(bad_request(&format!(
+        return Err(answers::bad_request(&format!(
             "secret must be at least {MIN_SECRET} bytes"
         )));
     }
     if let Some(ns) = body.namespaces.iter().find(|ns| !valid_namespace(ns)) {
-        return Err(bad_request(&format!("invalid namespace: {ns}")));
+        return Err(answers::bad_request(&format!("invalid namespace: {ns}")));
     }
     let namespaces: Vec<String> = body
         .namespaces
@@ -261,14 +250,18 @@ fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration),
         if namespaces.contains(ns) {
             Ok(())
         } else {
-            Err(bad_request(&format!("namespace not registered: {ns}")))
+            Err(answers::bad_request(&format!(
+                "namespace not registered: {ns}"
+            )))
         }
     };
-    let advertise = WorkerAddr::parse(&body.advertise_url).map_err(bad_request)?;
+    let advertise = WorkerAddr::parse(&body.advertise_url).map_err(answers::bad_request)?;
 
     let (hostname, env, envs, takeover) = if hostname_aware {
         let Some(hostname) = &body.hostname else {
-            return Err(bad_request("hostname is required in hostname-aware mode"));
+            return Err(answers::bad_request(
+                "hostname is required in hostname-aware mode",
+            ));
         };
         let hostname = normalize_name("hostname", hostname)?;
         let env = match &body.env {
@@ -291,7 +284,7 @@ fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration),
             ("epoch", body.epoch.is_some_and(|e| e != 0)),
         ] {
             if present {
-                return Err(bad_request(&format!(
+                return Err(answers::bad_request(&format!(
                     "{field} requires hostname-aware mode"
                 )));
             }

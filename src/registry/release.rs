@@ -7,16 +7,15 @@ use std::collections::BTreeMap;
 use http::StatusCode;
 use serde::Deserialize;
 
-use super::fields::{bad_request, forbidden, valid_namespace};
 use super::{claim_of, owned_session};
-use crate::error::Error;
+use crate::answers::{self, BODY_LIMIT, Handled};
 use crate::http::{Request, Response, read_json};
+use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::{RELEASE, TAG};
 use crate::store::{Session, bucket_of};
 
-const BODY_LIMIT: usize = 1024 * 1024;
 const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
 const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
 
@@ -46,17 +45,10 @@ fn release_epoch(epoch: &Option<String>) -> bool {
     epoch.as_deref().is_none_or(|e| e.is_empty() || digits(e))
 }
 
-pub async fn release(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let rows: Vec<Row> = match read_json(req, BODY_LIMIT, RELEASE_SHAPE).await {
-        Ok(rows) => rows,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn release(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let rows: Vec<Row> = read_json(req, BODY_LIMIT, RELEASE_SHAPE).await?;
     if rows.is_empty() || !rows.iter().all(|r| release_epoch(&r.epoch)) {
-        return Ok(bad_request(&format!("expected {RELEASE_SHAPE}")));
+        return Ok(answers::bad_request(&format!("expected {RELEASE_SHAPE}")));
     }
     // Every row is checked before any is released: a refused request changes nothing.
     let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
@@ -65,13 +57,10 @@ pub async fn release(
     let mut by_bucket: BTreeMap<u32, Batch> = BTreeMap::new();
     for row in &rows {
         if !sessions.contains_key(row.session_id.as_str()) {
-            match checked_session(core, credential, row).await? {
-                Ok(session) => sessions.insert(&row.session_id, session),
-                Err(refusal) => return Ok(refusal),
-            };
-        } else if let Err(refusal) = check_row(credential, &sessions[row.session_id.as_str()], row)?
-        {
-            return Ok(refusal);
+            let session = checked_session(core, credential, row).await?;
+            sessions.insert(&row.session_id, session);
+        } else {
+            check_row(credential, &sessions[row.session_id.as_str()], row)?;
         }
     }
     let store = &core.store;
@@ -110,24 +99,14 @@ pub async fn release(
     ))
 }
 
-pub async fn tag(
-    core: &Core,
-    req: &mut Request<'_>,
-    credential: &Credential,
-) -> Result<Response, Error> {
-    let body: TagBody = match read_json(req, BODY_LIMIT, TAG_SHAPE).await {
-        Ok(body) => body,
-        Err(refusal) => return Ok(refusal),
-    };
+pub async fn tag(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let body: TagBody = read_json(req, BODY_LIMIT, TAG_SHAPE).await?;
     let tag_len = body.tag.chars().count();
     if !body.row.epoch.as_deref().is_some_and(digits) || !(1..=256).contains(&tag_len) {
-        return Ok(bad_request(&format!("expected {TAG_SHAPE}")));
+        return Ok(answers::bad_request(&format!("expected {TAG_SHAPE}")));
     }
     let row = &body.row;
-    let session = match checked_session(core, credential, row).await? {
-        Ok(session) => session,
-        Err(refusal) => return Ok(refusal),
-    };
+    let session = checked_session(core, credential, row).await?;
     let store = &core.store;
     let placements = store.keys.placements(
         bucket_of(&row.id, store.keys.shards()),
@@ -154,38 +133,28 @@ pub async fn tag(
 
 /// The row's session, refused as the spec says. Release and tag skip the expiry check: a
 /// worker whose lease just ran out may still give back what it held.
-async fn checked_session(
-    core: &Core,
-    credential: &Credential,
-    row: &Row,
-) -> Result<Result<Session, Response>, Error> {
-    let session = match owned_session(core, credential, &row.session_id, false).await? {
-        Ok(session) => session,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    Ok(check_row(credential, &session, row)?.map(|()| session))
+async fn checked_session(core: &Core, credential: &Credential, row: &Row) -> Handled<Session> {
+    let session = owned_session(core, credential, &row.session_id, false).await?;
+    check_row(credential, &session, row)?;
+    Ok(session)
 }
 
 /// The row-level rules once its session is known: inside the claim, a registered namespace.
-fn check_row(
-    credential: &Credential,
-    session: &Session,
-    row: &Row,
-) -> Result<Result<(), Response>, Error> {
+fn check_row(credential: &Credential, session: &Session, row: &Row) -> Handled<()> {
     if !valid_namespace(&row.namespace) {
-        return Ok(Err(bad_request("invalid namespace")));
+        return Err(answers::bad_request("invalid namespace").into());
     }
     if !claim_of(credential)?.allows_namespace(&row.namespace) {
-        return Ok(Err(forbidden(&format!(
+        return Err(answers::forbidden_because(&format!(
             "namespace not allowed: {}",
             row.namespace
-        ))));
+        ))
+        .into());
     }
     if !session.namespaces.contains(&row.namespace) {
-        return Ok(Err(bad_request(&format!(
-            "namespace not registered: {}",
-            row.namespace
-        ))));
+        return Err(
+            answers::bad_request(&format!("namespace not registered: {}", row.namespace)).into(),
+        );
     }
-    Ok(Ok(()))
+    Ok(())
 }

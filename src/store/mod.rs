@@ -23,9 +23,9 @@ use crate::redis::{Redis, Reply, Script};
 pub use keys::{BucketKeys, Keys, bucket_of};
 pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
-    Takeover, lua_list, lua_option,
+    Takeover, WindDown, lua_list, lua_option,
 };
-use scripts::{BUCKET_WORKER, SESSION_DROP};
+use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP};
 
 /// One core's view of the store: its Redis connection and the key names.
 pub struct Store {
@@ -206,6 +206,31 @@ impl Store {
             stamps.extend(boot?.as_int());
         }
         Ok(stamps)
+    }
+
+    /// Queues a `wind_down` control message to `session_id` for each (ns, id, deadline ms, or
+    /// none to revoke an earlier one); the worker gets them with its next heartbeat.
+    pub async fn push_wind_downs(
+        &self,
+        session_id: &str,
+        wind_downs: &[(String, String, Option<u64>)],
+    ) -> Result<(), Error> {
+        if wind_downs.is_empty() {
+            return Ok(());
+        }
+        let messages: Vec<WindDown> = wind_downs
+            .iter()
+            .map(|(ns, id, deadline)| WindDown::new(ns, id, *deadline))
+            .collect();
+        let messages = serde_json::to_string(&messages).expect("messages serialize");
+        let queue = self.keys.control(session_id);
+        self.run_int(
+            &CONTROL_PUSH,
+            &[queue.as_bytes(), self.keys.control_seq().as_bytes()],
+            &[self.lease.as_bytes(), messages.as_bytes()],
+        )
+        .await?;
+        Ok(())
     }
 
     /// Writes the session's copy into every bucket, all buckets in flight at once. With

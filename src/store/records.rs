@@ -210,6 +210,29 @@ pub struct Drain {
     pub deadline: Option<u64>,
 }
 
+/// A `wind_down` control message as queued (`control:{sessionId}`): `deadline` absolute (ms),
+/// absent when it revokes an earlier one.
+#[derive(Serialize)]
+pub struct WindDown<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    ns: &'a str,
+    id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadline: Option<u64>,
+}
+
+impl<'a> WindDown<'a> {
+    pub fn new(ns: &'a str, id: &'a str, deadline: Option<u64>) -> WindDown<'a> {
+        WindDown {
+            kind: "wind_down",
+            ns,
+            id,
+            deadline,
+        }
+    }
+}
+
 /// Lua's cjson cannot tell an empty array from an empty object and writes `{}` for both, so a
 /// list read back from a script may arrive as `{}`.
 pub fn lua_list<'de, D, T>(de: D) -> Result<Vec<T>, D::Error>

@@ -1,0 +1,199 @@
+//! Every answer the node writes itself (as opposed to the ones it relays from a worker), in one
+//! list, and [`Fail`]: how a handler ends early, with one of these answers or with an
+//! [`Error`] that [`for_error`] turns into its answer from its origin and retryability.
+//!
+//! The strings are the spec's, to the letter; `docs/api.md` lists them per route.
+
+use std::time::Duration;
+
+use http::{HeaderValue, StatusCode, header};
+
+use crate::error::{Error, Origin};
+use crate::http::Response;
+use crate::redis::RedisError;
+
+/// The largest body a registry or operator route reads.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+/// A registration may list many held instances.
+pub const REGISTER_BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// Why a handler stops before its normal answer.
+pub enum Fail {
+    /// A refusal the spec names, ready to send.
+    Answer(Response),
+    /// A failure; its answer follows from where it came from ([`for_error`]).
+    Error(Error),
+}
+
+/// What a handler (or a step of one) returns: `?` carries both refusals and errors up.
+pub type Handled<T = Response> = Result<T, Fail>;
+
+impl From<Response> for Fail {
+    fn from(answer: Response) -> Fail {
+        Fail::Answer(answer)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Error(e)
+    }
+}
+
+impl From<RedisError> for Fail {
+    fn from(e: RedisError) -> Fail {
+        Fail::Error(e.into())
+    }
+}
+
+/// The answer for a failure, by its origin: a transient Redis failure is the client's to retry
+/// (contract §8: 503 + `Retry-After`); a worker that failed is 502. Anything else stays an
+/// error, which the server logs and answers 500 `internal error`.
+pub fn for_error(e: Error) -> Result<Response, Error> {
+    match e.origin() {
+        Origin::Redis if e.is_retryable() => Ok(registry_unavailable()),
+        Origin::Upstream => Ok(bad_gateway()),
+        _ => Err(e),
+    }
+}
+
+/// `{"error": message}` with `status`.
+fn error(status: StatusCode, message: &str) -> Response {
+    Response::error(status, message)
+}
+
+pub fn bad_request(message: &str) -> Response {
+    error(StatusCode::BAD_REQUEST, message)
+}
+
+/// 401 `unauthorized`: a registry route without a valid credential.
+pub fn unauthorized() -> Response {
+    error(StatusCode::UNAUTHORIZED, "unauthorized")
+}
+
+/// 401 `authentication required`: a data-plane namespace with rules, and no credential.
+pub fn authentication_required() -> Response {
+    error(StatusCode::UNAUTHORIZED, "authentication required")
+}
+
+/// 401 `invalid credential`: a data-plane credential that does not verify.
+pub fn invalid_credential() -> Response {
+    error(StatusCode::UNAUTHORIZED, "invalid credential")
+}
+
+/// 508 `subrequest depth exceeded`: an instance-to-instance chain too deep.
+pub fn depth_exceeded() -> Response {
+    error(StatusCode::LOOP_DETECTED, "subrequest depth exceeded")
+}
+
+/// 403 with the spec's reason.
+pub fn forbidden_because(message: &str) -> Response {
+    error(StatusCode::FORBIDDEN, message)
+}
+
+/// 403 `forbidden`.
+pub fn forbidden() -> Response {
+    forbidden_because("forbidden")
+}
+
+pub fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not found")
+}
+
+pub fn unknown_namespace() -> Response {
+    error(StatusCode::NOT_FOUND, "unknown namespace")
+}
+
+/// 405 naming the one method the route takes.
+pub fn method_not_allowed(allow: &'static str) -> Response {
+    error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        .header(header::ALLOW, HeaderValue::from_static(allow))
+}
+
+pub fn conflict(message: &str) -> Response {
+    error(StatusCode::CONFLICT, message)
+}
+
+/// `409 {"error":"unknown session","reregister":true}` (contract §5).
+pub fn unknown_session() -> Response {
+    Response::json_value(
+        StatusCode::CONFLICT,
+        &serde_json::json!({"error": "unknown session", "reregister": true}),
+    )
+}
+
+/// 503 `{"error": message}` with `Retry-After: max(1, ceil(remaining / 1000))`.
+pub fn unavailable(message: &str, remaining: Duration) -> Response {
+    let secs = remaining.as_millis().div_ceil(1000).max(1);
+    error(StatusCode::SERVICE_UNAVAILABLE, message).header(
+        header::RETRY_AFTER,
+        HeaderValue::from_str(&secs.to_string()).expect("digits"),
+    )
+}
+
+/// 503 `registry unavailable, retry` + `Retry-After: 1`: Redis could not be asked.
+pub fn registry_unavailable() -> Response {
+    unavailable("registry unavailable, retry", Duration::ZERO)
+}
+
+/// 503 `not the serving fleet` + `Retry-After: 1`.
+pub fn not_serving() -> Response {
+    unavailable("not the serving fleet", Duration::ZERO)
+}
+
+/// 500 `metrics collection failed`.
+pub fn metrics_failed() -> Response {
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "metrics collection failed",
+    )
+}
+
+/// 502 `bad gateway` (text): the worker could not be reached or failed mid-answer.
+pub fn bad_gateway() -> Response {
+    Response::text(StatusCode::BAD_GATEWAY, "bad gateway")
+}
+
+/// 504 `upstream timeout` (text), closing: the worker did not answer in time.
+pub fn upstream_timeout() -> Response {
+    Response::text(StatusCode::GATEWAY_TIMEOUT, "upstream timeout").closing()
+}
+
+/// An empty 502, closing: the client went away mid-request, no one reads it.
+pub fn client_gone() -> Response {
+    Response::empty(StatusCode::BAD_GATEWAY).closing()
+}
+
+/// 400 `invalid instance id` (text), as the data plane answers a path it cannot route.
+pub fn invalid_instance_id() -> Response {
+    Response::text(StatusCode::BAD_REQUEST, "invalid instance id")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_answered_by_its_origin() {
+        let transient = Error::new(Origin::Redis, "x").retryable(true);
+        let answer = for_error(transient).unwrap();
+        assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            &answer.body[..],
+            br#"{"error":"registry unavailable, retry"}"#
+        );
+        assert_eq!(
+            for_error(Error::new(Origin::Upstream, "x")).unwrap().status,
+            StatusCode::BAD_GATEWAY
+        );
+        assert!(for_error(Error::new(Origin::Redis, "NOSCRIPT")).is_err());
+        assert!(for_error(Error::new(Origin::Internal, "x")).is_err());
+    }
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        let r = unavailable("x", Duration::from_millis(2001));
+        assert_eq!(r.headers.last().unwrap().1, "3");
+        assert_eq!(not_serving().headers.last().unwrap().1, "1");
+    }
+}

@@ -1,0 +1,339 @@
+//! The route table: which path goes to which handler, under which credential scope and method,
+//! and whether it waits for the node to be the serving fleet. Everything that is not a route
+//! here is the data plane (`{ns}/{id}{rest}`, [`crate::proxy`]).
+//!
+//! Routes sit on top of the per-core state ([`Core`]); handlers get the state and, for a
+//! registry route, the credential this table authorized. A handler ends in a [`Fail`] to
+//! refuse or to fail; the node answers an error from its origin ([`answers::for_error`]).
+
+use std::borrow::Cow;
+
+use http::Method;
+use tracing::debug;
+
+use crate::answers::{self, Fail, Handled};
+use crate::error::{Error, Origin};
+use crate::http::{Handler, Request, Response, remove_dot_segments};
+use crate::node::Core;
+use crate::passport::Credential;
+use crate::{operator, proxy, registry};
+
+/// The scope a worker's credential carries: the worker protocol routes.
+pub const WORKER_SCOPE: &str = "pinboard:worker";
+/// The scope an operator's credential carries: health, views, drains, wind-downs, metrics.
+pub const OPERATOR_SCOPE: &str = "pinboard:operator";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Name {
+    Healthz,
+    Readyz,
+    Metrics,
+    RegistryHealth,
+    Workers,
+    Overview,
+    Stats,
+    Register,
+    Heartbeat,
+    Release,
+    Tag,
+    Deregister,
+    Drain,
+    Undrain,
+    WindDown,
+}
+
+/// Where a route's path is matched.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mount {
+    /// On the request's path as sent, before the base path: the probes and the scrape
+    /// endpoint answer wherever the node is mounted. Another method falls to the data plane.
+    Root,
+    /// Below `base_path`, after dot segments are removed. Another method is 405.
+    Base,
+}
+
+/// The method a route takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Takes {
+    /// `GET`, and `HEAD`.
+    Get,
+    Post,
+}
+
+struct Route {
+    path: &'static str,
+    mount: Mount,
+    /// The credential scope required, checked first.
+    scope: Option<&'static str>,
+    method: Takes,
+    /// Refused with 503 `not the serving fleet` while this node is not.
+    serving_only: bool,
+    name: Name,
+}
+
+const fn route(path: &'static str, scope: &'static str, method: Takes, name: Name) -> Route {
+    Route {
+        path,
+        mount: Mount::Base,
+        scope: Some(scope),
+        method,
+        serving_only: true,
+        name,
+    }
+}
+
+/// Every route the node answers itself.
+const ROUTES: [Route; 15] = [
+    Route {
+        path: "/healthz",
+        mount: Mount::Root,
+        scope: None,
+        method: Takes::Get,
+        serving_only: false,
+        name: Name::Healthz,
+    },
+    Route {
+        path: "/readyz",
+        mount: Mount::Root,
+        scope: None,
+        method: Takes::Get,
+        serving_only: false,
+        name: Name::Readyz,
+    },
+    Route {
+        path: "/metrics",
+        mount: Mount::Root,
+        scope: Some(OPERATOR_SCOPE),
+        method: Takes::Get,
+        serving_only: false,
+        name: Name::Metrics,
+    },
+    // It answers while booting or draining: no serving check.
+    Route {
+        serving_only: false,
+        ..route(
+            "/registry/health",
+            OPERATOR_SCOPE,
+            Takes::Get,
+            Name::RegistryHealth,
+        )
+    },
+    route(
+        "/registry/workers",
+        OPERATOR_SCOPE,
+        Takes::Get,
+        Name::Workers,
+    ),
+    route(
+        "/registry/overview",
+        OPERATOR_SCOPE,
+        Takes::Get,
+        Name::Overview,
+    ),
+    route("/registry/stats", OPERATOR_SCOPE, Takes::Get, Name::Stats),
+    route(
+        "/registry/register",
+        WORKER_SCOPE,
+        Takes::Post,
+        Name::Register,
+    ),
+    route(
+        "/registry/heartbeat",
+        WORKER_SCOPE,
+        Takes::Post,
+        Name::Heartbeat,
+    ),
+    route(
+        "/registry/release",
+        WORKER_SCOPE,
+        Takes::Post,
+        Name::Release,
+    ),
+    route("/registry/tag", WORKER_SCOPE, Takes::Post, Name::Tag),
+    route(
+        "/registry/deregister",
+        WORKER_SCOPE,
+        Takes::Post,
+        Name::Deregister,
+    ),
+    route("/registry/drain", OPERATOR_SCOPE, Takes::Post, Name::Drain),
+    route(
+        "/registry/undrain",
+        OPERATOR_SCOPE,
+        Takes::Post,
+        Name::Undrain,
+    ),
+    route(
+        "/registry/wind_down",
+        OPERATOR_SCOPE,
+        Takes::Post,
+        Name::WindDown,
+    ),
+];
+
+fn method_matches(route: &Route, method: &Method) -> bool {
+    match route.method {
+        Takes::Get => matches!(*method, Method::GET | Method::HEAD),
+        Takes::Post => *method == Method::POST,
+    }
+}
+
+impl Handler for Core {
+    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+        match dispatch(self, req).await {
+            Ok(answer) | Err(Fail::Answer(answer)) => Ok(answer),
+            Err(Fail::Error(e)) => {
+                // Contract §8: a Redis call that failed for a transient reason (disconnected,
+                // timed out, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN) is the client's to
+                // retry.
+                if e.origin() == Origin::Redis && e.is_retryable() {
+                    debug!(path = req.path(), error = %e, "registry unavailable");
+                    self.counters().count("unavailable");
+                }
+                answers::for_error(e)
+            }
+        }
+    }
+}
+
+/// Which handler answers a request.
+async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
+    let raw = req.path();
+    if let Some(route) = ROUTES
+        .iter()
+        .find(|r| r.mount == Mount::Root && r.path == raw && method_matches(r, req.method()))
+    {
+        // Without a metrics registry the path is like any other data-plane miss.
+        if route.name == Name::Metrics && !core.shared.config.metrics {
+            return Ok(answers::unknown_namespace());
+        }
+        return call(core, req, route).await;
+    }
+    let base = core.shared.config.base_path.as_str();
+    // The URI shares its bytes (a reference count, no copy): the path below the base can be
+    // borrowed from it while the request itself is handed on mutably. Dot segments are removed
+    // here, once, before any route or instance is read off the path.
+    let uri = req.head.uri.clone();
+    let clean = remove_dot_segments(uri.path());
+    let Some(path) = strip_base(&clean, base) else {
+        return Ok(answers::not_found());
+    };
+    if path == "/registry" || path.starts_with("/registry/") {
+        return match ROUTES
+            .iter()
+            .find(|r| r.mount == Mount::Base && r.path == path)
+        {
+            Some(route) => call(core, req, route).await,
+            // Unknown registry paths authenticate as worker routes before answering, so
+            // probing them tells an unauthenticated caller nothing about which routes exist.
+            None => {
+                authorize(core, req, WORKER_SCOPE)?;
+                if !core.shared.is_serving() {
+                    return Ok(answers::not_serving());
+                }
+                Ok(answers::not_found())
+            }
+        };
+    }
+    // The data plane: `/{ns}/{id}{rest}`. A path that names no namespace is a route miss.
+    if path.len() > 1 && path.starts_with('/') {
+        // What the worker is sent: the clean path and the query as it came.
+        let with_query: Cow<'_, str> = match (&clean, uri.query()) {
+            (Cow::Borrowed(_), _) => {
+                Cow::Borrowed(uri.path_and_query().map_or(path, |pq| pq.as_str()))
+            }
+            (Cow::Owned(p), Some(q)) => Cow::Owned(format!("{p}?{q}")),
+            (Cow::Owned(p), None) => Cow::Borrowed(p.as_str()),
+        };
+        return proxy::handle(core, req, path, &with_query[base.len()..]).await;
+    }
+    Ok(answers::not_found())
+}
+
+/// A route's checks in order (credential, serving fleet, method), then its handler.
+async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
+    let credential = match route.scope {
+        Some(scope) => Some(authorize(core, req, scope)?),
+        None => None,
+    };
+    if route.serving_only && !core.shared.is_serving() {
+        return Ok(answers::not_serving());
+    }
+    if !method_matches(route, req.method()) {
+        return Ok(answers::method_not_allowed(match route.method {
+            Takes::Get => "GET",
+            Takes::Post => "POST",
+        }));
+    }
+    let Some(credential) = credential.as_ref() else {
+        return match route.name {
+            Name::Healthz => Ok(operator::healthz()),
+            _ => Ok(operator::readyz(core).await),
+        };
+    };
+    match route.name {
+        Name::Metrics => Ok(operator::metrics(core, req, credential)),
+        Name::RegistryHealth => operator::registry_health(core).await,
+        Name::Workers => operator::workers(core, credential).await,
+        Name::Overview => {
+            let filter = operator::OverviewFilter::parse(req.head.uri.query())?;
+            operator::overview(core, credential, &filter).await
+        }
+        Name::Stats => operator::stats(core, credential).await,
+        Name::Register => registry::register(core, req, credential).await,
+        Name::Heartbeat => registry::heartbeat(core, req, credential).await,
+        Name::Release => registry::release(core, req, credential).await,
+        Name::Tag => registry::tag(core, req, credential).await,
+        Name::Deregister => registry::deregister(core, req, credential).await,
+        Name::Drain => operator::drain(core, req, credential).await,
+        Name::Undrain => operator::undrain(core, req, credential).await,
+        Name::WindDown => operator::wind_down(core, req, credential).await,
+        Name::Healthz | Name::Readyz => unreachable!("open routes are answered above"),
+    }
+}
+
+/// The credential of a request to a route that requires `scope`, or the answer refusing it:
+/// 401 without a valid credential; 403 when it lacks `scope`, an account (`sub`) or a
+/// well-formed `pinboard` claim.
+pub fn authorize(core: &Core, req: &Request<'_>, scope: &str) -> Handled<Credential> {
+    let credential = core
+        .shared
+        .passport
+        .verify_headers(&req.head.headers)
+        .map_err(|_| answers::unauthorized())?;
+    if !credential.has_scope(scope) || credential.sub.is_none() {
+        return Err(answers::forbidden().into());
+    }
+    credential.route_claim().map_err(|_| answers::forbidden())?;
+    Ok(credential)
+}
+
+/// The path below `base` (`""` serves everything), or `None` outside it: `/apix` is not
+/// under `/api`.
+fn strip_base<'p>(path: &'p str, base: &str) -> Option<&'p str> {
+    path.strip_prefix(base)
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_path_matches_whole_segments() {
+        assert_eq!(strip_base("/a/b", ""), Some("/a/b"));
+        assert_eq!(strip_base("/api/registry/x", "/api"), Some("/registry/x"));
+        assert_eq!(strip_base("/api", "/api"), Some(""));
+        assert_eq!(strip_base("/apix/registry", "/api"), None);
+        assert_eq!(strip_base("/other", "/api"), None);
+    }
+
+    #[test]
+    fn every_route_is_listed_once() {
+        for (i, a) in ROUTES.iter().enumerate() {
+            for b in &ROUTES[i + 1..] {
+                assert!(a.path != b.path && a.name != b.name, "{}", a.path);
+            }
+        }
+    }
+}
