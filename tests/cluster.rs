@@ -206,3 +206,327 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     let after: Vec<String> = ids.iter().map(|id| row(id)).collect();
     assert_eq!(before, after, "no id changed owner or epoch");
 }
+
+/// What a client may see while slots move: 200, or 503 + `Retry-After: 1`. `None` for those,
+/// else what was wrong.
+fn violation(id: &str, r: &support::http::Reply) -> Option<String> {
+    match r.status {
+        200 => None,
+        503 if r.header("retry-after") == Some("1") => None,
+        status => Some(format!(
+            "{id}: {status} retry-after={:?} {}",
+            r.header("retry-after"),
+            r.text()
+        )),
+    }
+}
+
+/// A whole master resharded onto another by `redis-cli --cluster reshard`, one key per
+/// MIGRATE, while a client keeps asking for 200 placed ids: the master holding the registry
+/// slot and several buckets hands every slot over. Every answer is 200 or 503 + Retry-After,
+/// and afterwards every id answers 200 from the same row, byte for byte.
+///
+/// Ignored: it fails on a node defect. A resolve whose bucket's slot is open gets ASK, then
+/// TRYAGAIN, two of the cluster client's 5 attempts at a time; when the slot closes during the
+/// last back-off the 5th attempt gets MOVED, and a redirect left over after the last attempt
+/// is returned as a plain error reply that is not retryable: 500 `internal error`, logged as
+/// `request failed … redis replied with an error: MOVED 5649 127.0.0.1:…`, where the contract
+/// says 503 + Retry-After. About one request per moving bucket, every run. No row changes.
+#[test]
+#[ignore = "node defect: a MOVED/ASK still pending after the cluster client's last attempt \
+            answers 500 internal error instead of 503 registry unavailable"]
+fn a_master_resharded_under_load_never_re_places_an_id() {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    let cluster = RedisCluster::start();
+    // The worker never heartbeats here: its lease must outlive the test.
+    let node = Node::start(
+        &cluster.url(),
+        &[
+            ("PINBOARD_SHARDS", "16"),
+            ("PINBOARD_LEASE_TTL_MS", "300000"),
+        ],
+    );
+    let cli = |args: &[&str]| cluster_cli(&cluster, args);
+    let worker = TestWorker::start("resharding");
+    register(&node, &worker);
+    for b in 0..16 {
+        cli(&["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"]);
+    }
+    let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
+    let row = |id: &str| {
+        let b = pinboard::redis::bucket_of(id, 16);
+        cli(&[
+            "HGET",
+            &format!("pinboard:{{{b}}}:default:/threads:placements"),
+            id,
+        ])
+    };
+    for id in &ids {
+        let r = get(node.addr, &format!("/threads/{id}"), None);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    let before: Vec<String> = ids.iter().map(|id| row(id)).collect();
+    assert!(before.iter().all(|r| r.contains("epoch")), "{before:?}");
+
+    // The master of the registry slot goes, with every bucket it serves.
+    let from = cluster.owner_of(cluster.slot_of("pinboard:{r}:sessions"));
+    let to = (from + 1) % 3;
+    let bucket_master =
+        |b: u32| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers")));
+    let moving: Vec<u32> = (0..16).filter(|&b| bucket_master(b) == from).collect();
+    let moving_ids = ids
+        .iter()
+        .filter(|id| moving.contains(&pinboard::redis::bucket_of(id, 16)))
+        .count();
+    assert!(moving_ids >= 20, "{moving_ids} ids in buckets {moving:?}");
+    let slots = cluster.slot_count(from);
+    // Ballast in the moving buckets' slots (their hash tag, not Pinboard's prefix): with one
+    // key per MIGRATE each of those slots stays open for a while. A resolve is redirected (ASK,
+    // then TRYAGAIN) as long as its bucket's slot is open: the `overwritten` hash it declares
+    // exists on neither side while no id of the bucket was ever re-placed.
+    for b in &moving {
+        let ballast: Vec<String> = (0..1000)
+            .flat_map(|n| [format!("ballast:{{{b}}}:{n}"), "x".to_string()])
+            .collect();
+        let mut mset = vec!["MSET"];
+        mset.extend(ballast.iter().map(String::as_str));
+        assert_eq!(cli(&mset), "OK");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let by_status: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
+    let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+    let client = {
+        let (stop, requests) = (stop.clone(), requests.clone());
+        let (by_status, violations) = (by_status.clone(), violations.clone());
+        let (addr, ids) = (node.addr, ids.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for id in &ids {
+                    let r = get(addr, &format!("/threads/{id}"), None);
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    let kind = match r.status {
+                        200 => "200".to_string(),
+                        status => format!("{status} {}", r.text()),
+                    };
+                    *by_status.lock().unwrap().entry(kind).or_default() += 1;
+                    if let Some(v) = violation(id, &r) {
+                        violations.lock().unwrap().push(v);
+                    }
+                }
+            }
+        })
+    };
+    // The client is under way before the first slot moves.
+    assert!(support::node::eventually(Duration::from_secs(5), || {
+        requests.load(Ordering::Relaxed) > 0
+    }));
+    let started = Instant::now();
+    let at_start = requests.load(Ordering::Relaxed);
+    let out = cluster.reshard(from, to, slots, 1);
+    let during = requests.load(Ordering::Relaxed) - at_start;
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+
+    let moved = out.lines().filter(|l| l.starts_with("Moving slot")).count();
+    eprintln!(
+        "resharded {slots} slots (buckets {moving:?}, {moving_ids} ids) from master {from} to \
+         {to} in {took:?}; {moved} slot moves logged; {during} requests during it"
+    );
+    for (kind, n) in by_status.lock().unwrap().iter() {
+        eprintln!("  {n:>6} × {kind}");
+    }
+    assert_eq!(cluster.slot_count(from), 0, "master {from} kept slots");
+    assert_eq!(
+        cluster.slot_count(to) + cluster.slot_count((from + 2) % 3),
+        16384
+    );
+    assert!(during > 0, "no request was made during the reshard");
+    assert!(
+        support::node::eventually(Duration::from_secs(10), || {
+            ids.iter()
+                .all(|id| get(node.addr, &format!("/threads/{id}"), None).status == 200)
+        }),
+        "not every id answers 200 after the reshard\n{}",
+        node.log()
+    );
+    let after: Vec<String> = ids.iter().map(|id| row(id)).collect();
+    let changed: Vec<(&String, &String, &String)> = ids
+        .iter()
+        .zip(before.iter().zip(&after))
+        .filter(|(_, (b, a))| b != a)
+        .map(|(id, (b, a))| (id, b, a))
+        .collect();
+    assert!(
+        changed.is_empty(),
+        "rows changed (id, before, after): {changed:?}"
+    );
+    for b in 0..16 {
+        let overwritten = format!("pinboard:{{{b}}}:default:/threads:overwritten");
+        assert_eq!(
+            cli(&["EXISTS", &overwritten]),
+            "0",
+            "bucket {b} re-placed an id"
+        );
+    }
+    let violations = violations.lock().unwrap();
+    let log = node.log();
+    let failed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("request failed"))
+        .collect();
+    assert!(
+        violations.is_empty(),
+        "{} answers neither 200 nor 503 + Retry-After: 1, e.g. {:?}\nnode: {failed:#?}",
+        violations.len(),
+        &violations[..violations.len().min(10)],
+    );
+}
+
+/// A master killed on a cluster that keeps serving what it still covers: the ids of the dead
+/// master's buckets answer 503 `registry unavailable, retry` + Retry-After, every other id
+/// keeps answering 200, and nothing answers 500 — before and after the survivors mark the
+/// dead master failed (the cluster's node timeout, 5 s).
+#[test]
+fn a_killed_master_fails_only_its_slots() {
+    use std::time::{Duration, Instant};
+
+    let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
+    let node = Node::start(
+        &cluster.url(),
+        &[
+            ("PINBOARD_SHARDS", "16"),
+            ("PINBOARD_LEASE_TTL_MS", "300000"),
+            ("PINBOARD_REDIS_TIMEOUT_MS", "500"),
+        ],
+    );
+    let worker = TestWorker::start("killed-master");
+    register(&node, &worker);
+    for b in 0..16 {
+        cluster_cli(
+            &cluster,
+            &["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"],
+        );
+    }
+    // Four ids in each bucket.
+    let mut per_bucket = [0; 16];
+    let ids: Vec<String> = (0..)
+        .map(|i| format!("k-{i}"))
+        .filter(|id| {
+            let b = pinboard::redis::bucket_of(id, 16) as usize;
+            per_bucket[b] += 1;
+            per_bucket[b] <= 4
+        })
+        .take(64)
+        .collect();
+    let buckets: Vec<u32> = ids
+        .iter()
+        .map(|id| pinboard::redis::bucket_of(id, 16))
+        .collect();
+    for id in &ids {
+        let r = get(node.addr, &format!("/threads/{id}"), None);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    // Everything asked of the cluster is asked before a node dies.
+    let master: Vec<usize> = (0..16)
+        .map(|b| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers"))))
+        .collect();
+    // The registry slot's master stays: the fleet license lives there, and a node whose claim
+    // fails (every third of a lease) stops serving every id, whichever master holds its bucket.
+    let registry = cluster.owner_of(cluster.slot_of("pinboard:{r}:sessions"));
+    let victim = (0..3)
+        .filter(|&n| n != registry)
+        .max_by_key(|&n| master.iter().filter(|&&m| m == n).count())
+        .unwrap();
+    let dead = |i: usize| master[buckets[i] as usize] == victim;
+    let dead_ids = (0..ids.len()).filter(|&i| dead(i)).count();
+    assert!(
+        dead_ids > 0 && dead_ids < ids.len(),
+        "{dead_ids} ids on master {victim}"
+    );
+
+    cluster.node_mut(victim).stop();
+    let killed = Instant::now();
+    let unavailable = |r: &support::http::Reply| {
+        r.status == 503
+            && r.header("retry-after") == Some("1")
+            && r.text() == r#"{"error":"registry unavailable, retry"}"#
+    };
+    // The node's connection to the dead master breaks at once; allow it a moment.
+    assert!(
+        support::node::eventually(Duration::from_secs(5), || {
+            (0..ids.len())
+                .filter(|&i| dead(i))
+                .all(|i| unavailable(&get(node.addr, &format!("/threads/{}", ids[i]), None)))
+        }),
+        "the dead master's ids do not answer 503 registry unavailable\n{}",
+        node.log()
+    );
+    let noticed = killed.elapsed();
+    // Then through the survivors' failure detection and past it.
+    let mut violations = Vec::new();
+    let mut rounds = 0;
+    let mut by_status = std::collections::BTreeMap::<String, usize>::new();
+    while killed.elapsed() < Duration::from_secs(9) {
+        rounds += 1;
+        for (i, id) in ids.iter().enumerate() {
+            let r = get(node.addr, &format!("/threads/{id}"), None);
+            let kind = match r.status {
+                200 => "200".to_string(),
+                status => format!("{status} {}", r.text()),
+            };
+            *by_status.entry(kind).or_default() += 1;
+            let fine = if dead(i) {
+                unavailable(&r)
+            } else {
+                r.status == 200
+            };
+            if !fine {
+                violations.push(format!(
+                    "{:?} {id} (bucket {}, {}): {} retry-after={:?} {}",
+                    killed.elapsed(),
+                    buckets[i],
+                    if dead(i) { "dead" } else { "live" },
+                    r.status,
+                    r.header("retry-after"),
+                    r.text()
+                ));
+            }
+        }
+        let health = get(node.addr, "/healthz", None);
+        if health.status != 200 {
+            violations.push(format!(
+                "{:?} /healthz: {}",
+                killed.elapsed(),
+                health.status
+            ));
+        }
+    }
+    let survivor = (victim + 1) % 3;
+    let state = cluster.nodes()[survivor].cli(&["CLUSTER", "INFO"]);
+    let state = state
+        .lines()
+        .find(|l| l.starts_with("cluster_state"))
+        .unwrap_or("?");
+    eprintln!(
+        "killed master {victim} ({dead_ids} of {} ids); noticed within {noticed:?}; {rounds} \
+         rounds; survivor {survivor} says {state}",
+        ids.len()
+    );
+    for (kind, n) in &by_status {
+        eprintln!("  {n:>6} × {kind}");
+    }
+    assert!(
+        violations.is_empty(),
+        "{} wrong answers, e.g. {:?}\n{}",
+        violations.len(),
+        &violations[..violations.len().min(10)],
+        node.log()
+    );
+}

@@ -190,6 +190,24 @@ fn answers_ping(port: u16) -> bool {
         })
 }
 
+/// The slot ranges `node` serves, from the `myself` line of its CLUSTER NODES
+/// (`… connected 0-5460 7000 [7001->-id]`; the bracketed open slots are not its own yet).
+fn own_ranges(node: &RedisServer) -> Vec<std::ops::RangeInclusive<u16>> {
+    let nodes = node.cli(&["CLUSTER", "NODES"]);
+    let myself = nodes
+        .lines()
+        .find(|l| l.contains("myself"))
+        .expect("CLUSTER NODES lists myself");
+    myself
+        .split(' ')
+        .skip(8)
+        .filter_map(|range| {
+            let (first, last) = range.split_once('-').unwrap_or((range, range));
+            Some(first.parse::<u16>().ok()?..=last.parse::<u16>().ok()?)
+        })
+        .collect()
+}
+
 /// A 3-master Redis Cluster without replicas.
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
@@ -197,7 +215,14 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(&[], true)).collect();
+        RedisCluster::start_with(&[])
+    }
+
+    /// With extra redis-server arguments for every node, e.g.
+    /// `&["--cluster-require-full-coverage", "no"]` (the survivors of a dead master keep
+    /// serving their own slots).
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(extra, true)).collect();
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for node in &nodes {
@@ -265,27 +290,45 @@ impl RedisCluster {
         slot.parse().expect("CLUSTER KEYSLOT answers a number")
     }
 
-    /// The index of the node that serves `slot`, by each node's own account of its slots
-    /// (the `myself` line of CLUSTER NODES: `… connected 0-5460 7000 [7001->-id]`).
+    /// The index of the node that serves `slot`, by each node's own account of its slots.
     pub fn owner_of(&self, slot: u16) -> usize {
-        let owns = |node: &RedisServer| {
-            let nodes = node.cli(&["CLUSTER", "NODES"]);
-            let myself = nodes
-                .lines()
-                .find(|l| l.contains("myself"))
-                .expect("CLUSTER NODES lists myself");
-            myself.split(' ').skip(8).any(|range| {
-                let (first, last) = range.split_once('-').unwrap_or((range, range));
-                match (first.parse::<u16>(), last.parse::<u16>()) {
-                    (Ok(first), Ok(last)) => (first..=last).contains(&slot),
-                    _ => false,
-                }
-            })
-        };
         self.nodes
             .iter()
-            .position(owns)
+            .position(|node| own_ranges(node).iter().any(|r| r.contains(&slot)))
             .unwrap_or_else(|| panic!("no node owns slot {slot}"))
+    }
+
+    /// How many slots `node` serves, by its own account.
+    pub fn slot_count(&self, node: usize) -> usize {
+        own_ranges(&self.nodes[node]).iter().map(|r| r.len()).sum()
+    }
+
+    /// Moves `slots` of `from`'s slots to `to` with `redis-cli --cluster reshard`, migrating
+    /// `pipeline` keys per MIGRATE (1: a slot's keys move one by one, so each slot is split
+    /// between the two masters for a while). Blocks until it is done; its output.
+    pub fn reshard(&self, from: usize, to: usize, slots: usize, pipeline: usize) -> String {
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[to].port))
+            .args(["--cluster-from", &self.node_id(from)])
+            .args(["--cluster-to", &self.node_id(to)])
+            .args(["--cluster-slots", &slots.to_string()])
+            .args(["--cluster-pipeline", &pipeline.to_string()])
+            .arg("--cluster-yes")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster reshard");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        // It says what went wrong in `[ERR]` lines on stdout, after one line per slot moved.
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert!(
+            out.status.success() && !stdout.contains("[ERR]"),
+            "redis-cli --cluster reshard failed ({}): …\n{}\n{}",
+            out.status,
+            lines[lines.len().saturating_sub(20)..].join("\n"),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
     }
 
     /// Marks `slot` migrating from `from` to `to` and moves all its keys over. Until
