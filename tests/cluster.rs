@@ -38,25 +38,26 @@ fn register(node: &Node, worker: &TestWorker) -> String {
 
 #[test]
 fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
+    let keys = support::keys(16);
     let cluster = RedisCluster::start();
     let node = Node::start(&cluster.url(), &[("PINBOARD_SHARDS", "16")]);
     let cli = |args: &[&str]| cluster_cli(&cluster, args);
     // The buckets' slots really are spread over the masters.
     let owners: std::collections::BTreeSet<usize> = (0..16)
-        .map(|b| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers"))))
+        .map(|b| cluster.owner_of(cluster.slot_of(&keys.bucket(b).workers)))
         .collect();
     assert_eq!(owners.len(), 3, "buckets on every master");
 
     let token = node.worker_token("acct");
     let worker = TestWorker::start("cluster-secret");
     let session = register(&node, &worker);
-    assert!(!cli(&["HGET", "pinboard:{r}:sessions", &session]).is_empty());
+    assert!(!cli(&["HGET", keys.sessions(), &session]).is_empty());
     for b in 0..16 {
         assert!(
-            !cli(&["HGET", &format!("pinboard:{{{b}}}:workers"), &session]).is_empty(),
+            !cli(&["HGET", &keys.bucket(b).workers, &session]).is_empty(),
             "bucket {b}"
         );
-        cli(&["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"]);
+        cli(&["SET", &keys.bucket(b).boot_time, "0"]);
     }
 
     for i in 0..24 {
@@ -80,7 +81,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     let bucket = pinboard::store::bucket_of("id-3", 16);
     let row: Value = serde_json::from_str(&cli(&[
         "HGET",
-        &format!("pinboard:{{{bucket}}}:default:/threads:placements"),
+        &keys.placements(bucket, "default", "/threads"),
         "id-3",
     ]))
     .unwrap();
@@ -100,7 +101,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     );
     assert_eq!(r.status, 200);
     assert!((0..16).all(|b| {
-        let copy = cli(&["HGET", &format!("pinboard:{{{b}}}:workers"), &session]);
+        let copy = cli(&["HGET", &keys.bucket(b).workers, &session]);
         copy.is_empty() || copy.contains("\"dropped\"")
     }));
 }
@@ -111,6 +112,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
 /// changes owner or epoch, during the migration or after it.
 #[test]
 fn a_slot_migrated_key_by_key_never_re_places_an_id() {
+    let keys = support::keys(16);
     let cluster = RedisCluster::start();
     // The worker never heartbeats here: its lease must outlive the test.
     let node = Node::start(
@@ -124,17 +126,13 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     let worker = TestWorker::start("migrating");
     register(&node, &worker);
     for b in 0..16 {
-        cli(&["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"]);
+        cli(&["SET", &keys.bucket(b).boot_time, "0"]);
     }
     // 200 placed ids; the bucket of the first one moves.
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {
         let b = pinboard::store::bucket_of(id, 16);
-        cli(&[
-            "HGET",
-            &format!("pinboard:{{{b}}}:default:/threads:placements"),
-            id,
-        ])
+        cli(&["HGET", &keys.placements(b, "default", "/threads"), id])
     };
     for id in &ids {
         assert_eq!(get(node.addr, &format!("/threads/{id}"), None).status, 200);
@@ -146,8 +144,8 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
         .filter(|id| pinboard::store::bucket_of(id, 16) == bucket)
         .collect();
     assert!(moving.len() >= 5, "{} ids in bucket {bucket}", moving.len());
-    let key = |suffix: &str| format!("pinboard:{{{bucket}}}:{suffix}");
-    let slot = cluster.slot_of(&key("workers"));
+    let fixed = keys.bucket(bucket);
+    let slot = cluster.slot_of(&fixed.workers);
     let from = cluster.owner_of(slot);
     let to = (from + 1) % 3;
 
@@ -170,10 +168,10 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     cluster.mark_migrating(slot, from, to);
     check_all("marked");
     let half = [
-        key("workers"),
-        key("nsw:/threads"),
-        key("boot_time"),
-        key("epoch"),
+        fixed.workers.clone(),
+        keys.nsw(bucket, "", "/threads"),
+        fixed.boot_time.clone(),
+        fixed.epoch.clone(),
     ];
     let half: Vec<&str> = half.iter().map(String::as_str).collect();
     cluster.migrate_keys(from, to, &half);
@@ -192,7 +190,8 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
         "nothing was placed on the importing node: {on_target}"
     );
     // The rest, then the slot is the target's.
-    cluster.migrate_keys(from, to, &[key("default:/threads:placements").as_str()]);
+    let rows = keys.placements(bucket, "default", "/threads");
+    cluster.migrate_keys(from, to, &[rows.as_str()]);
     cluster.finish_migration(slot, to);
     assert!(support::node::eventually(
         std::time::Duration::from_secs(10),
@@ -226,20 +225,16 @@ fn violation(id: &str, r: &support::http::Reply) -> Option<String> {
 /// slot and several buckets hands every slot over. Every answer is 200 or 503 + Retry-After,
 /// and afterwards every id answers 200 from the same row, byte for byte.
 ///
-/// Ignored: it fails on a node defect. A resolve whose bucket's slot is open gets ASK, then
-/// TRYAGAIN, two of the cluster client's 5 attempts at a time; when the slot closes during the
-/// last back-off the 5th attempt gets MOVED, and a redirect left over after the last attempt
-/// is returned as a plain error reply that is not retryable: 500 `internal error`, logged as
-/// `request failed … redis replied with an error: MOVED 5649 127.0.0.1:…`, where the contract
-/// says 503 + Retry-After. About one request per moving bucket, every run. No row changes.
+/// It found a defect, fixed since: a redirect (MOVED, ASK) still pending after the cluster
+/// client's last attempt was answered 500 `internal error`; a slot in motion is now a transient
+/// Redis failure, 503 `registry unavailable, retry`.
 #[test]
-#[ignore = "node defect: a MOVED/ASK still pending after the cluster client's last attempt \
-            answers 500 internal error instead of 503 registry unavailable"]
 fn a_master_resharded_under_load_never_re_places_an_id() {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
+    let keys = support::keys(16);
 
     let cluster = RedisCluster::start();
     // The worker never heartbeats here: its lease must outlive the test.
@@ -254,16 +249,12 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
     let worker = TestWorker::start("resharding");
     register(&node, &worker);
     for b in 0..16 {
-        cli(&["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"]);
+        cli(&["SET", &keys.bucket(b).boot_time, "0"]);
     }
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {
-        let b = pinboard::redis::bucket_of(id, 16);
-        cli(&[
-            "HGET",
-            &format!("pinboard:{{{b}}}:default:/threads:placements"),
-            id,
-        ])
+        let b = pinboard::store::bucket_of(id, 16);
+        cli(&["HGET", &keys.placements(b, "default", "/threads"), id])
     };
     for id in &ids {
         let r = get(node.addr, &format!("/threads/{id}"), None);
@@ -273,14 +264,13 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
     assert!(before.iter().all(|r| r.contains("epoch")), "{before:?}");
 
     // The master of the registry slot goes, with every bucket it serves.
-    let from = cluster.owner_of(cluster.slot_of("pinboard:{r}:sessions"));
+    let from = cluster.owner_of(cluster.slot_of(keys.sessions()));
     let to = (from + 1) % 3;
-    let bucket_master =
-        |b: u32| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers")));
+    let bucket_master = |b: u32| cluster.owner_of(cluster.slot_of(&keys.bucket(b).workers));
     let moving: Vec<u32> = (0..16).filter(|&b| bucket_master(b) == from).collect();
     let moving_ids = ids
         .iter()
-        .filter(|id| moving.contains(&pinboard::redis::bucket_of(id, 16)))
+        .filter(|id| moving.contains(&pinboard::store::bucket_of(id, 16)))
         .count();
     assert!(moving_ids >= 20, "{moving_ids} ids in buckets {moving:?}");
     let slots = cluster.slot_count(from);
@@ -368,7 +358,7 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
         "rows changed (id, before, after): {changed:?}"
     );
     for b in 0..16 {
-        let overwritten = format!("pinboard:{{{b}}}:default:/threads:overwritten");
+        let overwritten = keys.overwritten(b, "default", "/threads");
         assert_eq!(
             cli(&["EXISTS", &overwritten]),
             "0",
@@ -396,6 +386,7 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
 #[test]
 fn a_killed_master_fails_only_its_slots() {
     use std::time::{Duration, Instant};
+    let keys = support::keys(16);
 
     let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
     let node = Node::start(
@@ -409,17 +400,14 @@ fn a_killed_master_fails_only_its_slots() {
     let worker = TestWorker::start("killed-master");
     register(&node, &worker);
     for b in 0..16 {
-        cluster_cli(
-            &cluster,
-            &["SET", &format!("pinboard:{{{b}}}:boot_time"), "0"],
-        );
+        cluster_cli(&cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
     }
     // Four ids in each bucket.
     let mut per_bucket = [0; 16];
     let ids: Vec<String> = (0..)
         .map(|i| format!("k-{i}"))
         .filter(|id| {
-            let b = pinboard::redis::bucket_of(id, 16) as usize;
+            let b = pinboard::store::bucket_of(id, 16) as usize;
             per_bucket[b] += 1;
             per_bucket[b] <= 4
         })
@@ -427,7 +415,7 @@ fn a_killed_master_fails_only_its_slots() {
         .collect();
     let buckets: Vec<u32> = ids
         .iter()
-        .map(|id| pinboard::redis::bucket_of(id, 16))
+        .map(|id| pinboard::store::bucket_of(id, 16))
         .collect();
     for id in &ids {
         let r = get(node.addr, &format!("/threads/{id}"), None);
@@ -435,11 +423,11 @@ fn a_killed_master_fails_only_its_slots() {
     }
     // Everything asked of the cluster is asked before a node dies.
     let master: Vec<usize> = (0..16)
-        .map(|b| cluster.owner_of(cluster.slot_of(&format!("pinboard:{{{b}}}:workers"))))
+        .map(|b| cluster.owner_of(cluster.slot_of(&keys.bucket(b).workers)))
         .collect();
     // The registry slot's master stays: the fleet license lives there, and a node whose claim
     // fails (every third of a lease) stops serving every id, whichever master holds its bucket.
-    let registry = cluster.owner_of(cluster.slot_of("pinboard:{r}:sessions"));
+    let registry = cluster.owner_of(cluster.slot_of(keys.sessions()));
     let victim = (0..3)
         .filter(|&n| n != registry)
         .max_by_key(|&n| master.iter().filter(|&&m| m == n).count())

@@ -24,9 +24,11 @@ use super::{Endpoint, RedisError, Reply};
 const SLOTS: usize = 16384;
 /// Marks a slot no master serves in the last map seen.
 const UNSERVED: u16 = u16::MAX;
-/// Redirects followed for one request before giving up; a slot moves at most once or twice
-/// while a request is in flight.
-const MAX_ATTEMPTS: u32 = 5;
+/// Redirects followed for one request before giving up. While a slot migrates, a script whose
+/// keys are split alternates ASK and TRYAGAIN (two attempts a round, backing off): eight
+/// attempts wait about a quarter of a second for the slot to settle. A redirect still pending
+/// after the last one is a transient failure (503 + Retry-After), not a server error.
+const MAX_ATTEMPTS: u32 = 8;
 /// How often a healthy map's connectivity is checked.
 const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);

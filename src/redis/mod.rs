@@ -43,9 +43,18 @@ impl RedisError {
         match self {
             RedisError::Disconnected | RedisError::Timeout => true,
             RedisError::Protocol(_) => false,
-            RedisError::Reply(msg) => ["LOADING", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN"]
-                .iter()
-                .any(|code| msg.starts_with(code)),
+            // A redirect left over after the cluster client's last attempt is a slot still in
+            // motion: as transient as the TRYAGAIN it alternates with.
+            RedisError::Reply(msg) => [
+                "LOADING",
+                "TRYAGAIN",
+                "CLUSTERDOWN",
+                "MASTERDOWN",
+                "MOVED ",
+                "ASK ",
+            ]
+            .iter()
+            .any(|code| msg.starts_with(code)),
         }
     }
 }
@@ -101,5 +110,31 @@ impl Reply {
                 [field, value] => Some((field.as_str()?, value.as_bytes()?)),
                 _ => None,
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RedisError;
+
+    #[test]
+    fn a_slot_in_motion_is_transient() {
+        for msg in [
+            "MOVED 5649 127.0.0.1:7001",
+            "ASK 5649 127.0.0.1:7001",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+            "LOADING Redis is loading the dataset in memory",
+        ] {
+            assert!(RedisError::Reply(msg.into()).retryable(), "{msg}");
+        }
+        for msg in [
+            "NOSCRIPT No matching script",
+            "ERR unknown command",
+            "MOVEDX",
+        ] {
+            assert!(!RedisError::Reply(msg.into()).retryable(), "{msg}");
+        }
+        assert!(RedisError::Timeout.retryable() && RedisError::Disconnected.retryable());
     }
 }
