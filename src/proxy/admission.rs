@@ -10,6 +10,7 @@
 //! What it admits travels on in the attestation: `caller` and `depth`, or `acct`.
 
 use http::{HeaderName, StatusCode};
+use pinboard_protocol::header::{FROM, SESSION, SESSION_SECRET, SUBREQUEST_DEPTH};
 use serde_json::{Map, Value, json};
 
 use crate::error::Error;
@@ -34,13 +35,6 @@ fn forbidden(message: &str) -> Response {
     Response::error(StatusCode::FORBIDDEN, message)
 }
 
-// Header names as constants: looking a `&str` up in a header map parses it every time, and
-// every data-plane request asks for these.
-const FROM: HeaderName = HeaderName::from_static("pinboard-from");
-const SESSION: HeaderName = HeaderName::from_static("pinboard-session");
-const SESSION_SECRET: HeaderName = HeaderName::from_static("pinboard-session-secret");
-const DEPTH: HeaderName = HeaderName::from_static("pinboard-subrequest-depth");
-
 fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
     req.head.headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -53,7 +47,7 @@ pub async fn admit(
     hostname: &str,
     env: &str,
 ) -> Result<Result<Admitted, Response>, Error> {
-    if [&FROM, &SESSION, &SESSION_SECRET, &DEPTH]
+    if [&FROM, &SESSION, &SESSION_SECRET, &SUBREQUEST_DEPTH]
         .iter()
         .any(|h| req.head.headers.contains_key(*h))
     {
@@ -86,7 +80,7 @@ async fn caller(
     let Some((caller_ns, caller_id)) = split_caller(from) else {
         return Ok(Err(forbidden("malformed caller claim")));
     };
-    let depth = match header(req, &DEPTH) {
+    let depth = match header(req, &SUBREQUEST_DEPTH) {
         None => 0,
         Some(d) if !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit()) => {
             d.parse::<u32>().expect("at most 9 digits")
