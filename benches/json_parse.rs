@@ -7,16 +7,10 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use pinboard::store::Takeover;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Takeover {
-    WindDown,
-    Deny,
-}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,6 +12,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
+/// What a token is for: the worker protocol's, shared with `pinned`.
+pub use pinboard_protocol::Purpose;
+
 /// base64url(`{"alg":"HS256","typ":"pinboard+jwt"}`) and the dot after it.
 const HEADER: &[u8] = b"eyJhbGciOiJIUzI1NiIsInR5cCI6InBpbmJvYXJkK2p3dCJ9.";
 
@@ -21,31 +24,6 @@ pub const TOKEN_TTL_SECS: u64 = 30;
 /// Claims beyond aud/iat/exp, already serialized as JSON members (`"caller":"/ns/id","depth":2`),
 /// for the forwards that carry them.
 pub struct Extra<'a>(pub &'a [u8]);
-
-/// What a token is for (contract §11): a worker accepts it only on the matching route, so a
-/// token seen on one route cannot be replayed on another.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Purpose {
-    /// An instance request (`/{ns}/{id}...`).
-    Forward,
-    /// The durability sweep's `POST {ns}/{id}/_wake`.
-    Wake,
-    /// `GET /_pinned/stats`.
-    Stats,
-    /// `GET /_pinned/challenge`.
-    Challenge,
-}
-
-impl Purpose {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Purpose::Forward => "forward",
-            Purpose::Wake => "wake",
-            Purpose::Stats => "stats",
-            Purpose::Challenge => "challenge",
-        }
-    }
-}
 
 /// The placement a forward or wake token is bound to: `inst` = `{ns}/{id}`, `epoch` = the
 /// `Pinboard-Epoch` it rides with.

@@ -1,21 +1,19 @@
 //! Pinboard: an edge proxy and control plane for stateful instances.
 //!
-//! The tree follows the architecture: [`config`] (settings), [`runtime`] (thread-per-core
-//! event loops and the process lifecycle), [`http`] (HTTP/1.1), [`passport`] (credentials),
-//! [`redis`] (the per-core pipelined Redis client), [`store`] (the Redis layout: keys,
-//! records, scripts), [`registry`] (the worker
-//! protocol), [`placement`] (who owns an instance), [`proxy`] (forwarding to it),
-//! [`operator`] (health and fleet views), [`fleet`] (whether this node serves), [`metrics`]
-//! (counters), with [`node`] tying them into
-//! the request dispatch.
+//! The tree follows the architecture, bottom up: pure parts ([`names`], [`clock`],
+//! [`attestation`], [`passport`]), [`config`], [`http`] (HTTP/1.1, the `pinboard-http` crate it
+//! shares with the workers; [`error`] is that crate's), [`redis`] (the per-core pipelined
+//! client), [`store`] (the Redis layout: keys, records, scripts), [`answers`] (every answer the
+//! node writes itself), [`node`] (the per-node and per-core state, with [`upstream`] and
+//! [`metrics`] counters), the route modules on it ([`placement`], [`proxy`], [`registry`],
+//! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
+//! loops, the process lifecycle) driving it all.
 
 pub mod answers;
 pub mod attestation;
 pub mod clock;
 pub mod config;
-pub mod error;
 pub mod fleet;
-pub mod http;
 pub mod metrics;
 pub mod names;
 pub mod node;
@@ -29,3 +27,6 @@ pub mod routes;
 pub mod runtime;
 pub mod store;
 pub mod upstream;
+
+pub use pinboard_http as http;
+pub use pinboard_http::error;

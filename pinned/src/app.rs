@@ -4,13 +4,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use pinboard::error::Error;
-use pinboard::http::{Request, Response};
-use serde_json::Value;
+use pinboard_http::error::Error;
+use pinboard_http::{Request, Response};
 
 use crate::attest::Attestation;
 use crate::epoch::Epoch;
-use crate::worker::Handle;
+use crate::handle::Handle;
+use crate::state::Message;
 
 /// The application a worker serves its instances with.
 ///
@@ -48,17 +48,6 @@ pub struct Instance {
     /// here again after another worker may have held it), so in-memory state is not current.
     pub activated: bool,
     pub attestation: Attestation,
-}
-
-/// A control message from the registry (spec: heartbeat `messages`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Message {
-    /// Acked on the next heartbeat; kept as sent.
-    pub msg_id: Value,
-    pub ns: String,
-    pub id: String,
-    /// Time left to wind the instance down; `None` revokes an earlier wind-down.
-    pub deadline: Option<Duration>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

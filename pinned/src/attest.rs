@@ -16,7 +16,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
-use pinboard::attestation::Purpose;
+use pinboard_protocol::Purpose;
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
@@ -126,13 +126,10 @@ pub fn verify(
         Some(Value::String(v)) => Ok(Some(v.clone())),
         Some(_) => Err(Invalid::Claims),
     };
-    let purpose = match text("purpose")?.as_deref() {
-        Some("forward") => Purpose::Forward,
-        Some("wake") => Purpose::Wake,
-        Some("stats") => Purpose::Stats,
-        Some("challenge") => Purpose::Challenge,
-        _ => return Err(Invalid::Claims),
-    };
+    let purpose = text("purpose")?
+        .as_deref()
+        .and_then(Purpose::from_claim)
+        .ok_or(Invalid::Claims)?;
     let binding = Binding {
         purpose,
         inst: text("inst")?,

@@ -6,12 +6,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use pinboard::config::DriverKind;
-use pinboard::http::WorkerAddr;
+use pinboard_http::{DriverKind, WorkerAddr};
 
 /// Hostname-aware mode's policy when another hostname's worker holds an instance this
-/// worker's hostname asks for (spec "Placement"): the registry's own type.
-pub use pinboard::store::Takeover;
+/// worker's hostname asks for (spec "Placement"): the protocol's own type, the registry's too.
+pub use pinboard_protocol::Takeover;
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -10,15 +10,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use local_sync::mpsc::unbounded::{Rx, Tx, channel};
-use pinboard::runtime::Shutdown;
+use pinboard_http::Shutdown;
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
 
-use crate::app::{App, Event, Message};
+use crate::app::{App, Event};
+use crate::handle::Handle;
 use crate::registry::CallError;
-use crate::runtime::local_shutdown;
-use crate::state::Shared;
-use crate::worker::Handle;
+use crate::state::{Message, Shared, local_shutdown};
 
 const REGISTER_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(500), Duration::from_secs(30));

@@ -12,8 +12,21 @@
 //! - releases and tags placements on request ([`Handle`]), and on a graceful
 //!   [`Worker::shutdown`] releases everything it holds and deregisters.
 //!
-//! HTTP, the registry client and the event loops come from the node crate (`pinboard::http`,
-//! monoio); [`Request`], [`Response`] and [`Error`] are re-exported for applications.
+//! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) comes from
+//! `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
+//! names, attestation purposes and takeover policies from `pinboard-protocol`. Neither is the
+//! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] and
+//! [`DriverKind`] are re-exported for applications.
+//!
+//! Modules depend one way, each only on those listed before it (unit tests aside: surface's
+//! start serving threads through `runtime`):
+//! - `config`, `attest`, `epoch`, `registry`: pure parts and the registry client, importing no
+//!   other module of the crate;
+//! - `state`: what the threads share (identity, stop `Signal`s, protocol state, `Message`s);
+//! - `handle`: the application's [`Handle`] on that state;
+//! - `app`: the [`App`] trait and what it is given ([`Instance`], [`Event`]);
+//! - `control` (the registry protocol) and `surface` (what the worker serves);
+//! - `runtime`: the threads running those two; `worker`: [`Worker`], starting and stopping it all.
 //!
 //! ```no_run
 //! use pinned::{App, Config, Error, Handle, Instance, Request, Response, Worker};
@@ -40,21 +53,23 @@ mod attest;
 mod config;
 mod control;
 mod epoch;
+mod handle;
 mod registry;
 mod runtime;
 mod state;
 mod surface;
 mod worker;
 
-pub use app::{App, Event, Instance, Message};
+pub use app::{App, Event, Instance};
 pub use attest::Attestation;
 pub use config::{Config, Takeover};
 pub use epoch::Epoch;
-pub use pinboard::config::DriverKind;
-pub use pinboard::error::Error;
-pub use pinboard::http::{Request, Response};
+pub use handle::{Handle, Held, Status};
+pub use pinboard_http::error::Error;
+pub use pinboard_http::{DriverKind, Request, Response};
 pub use registry::CallError;
-pub use worker::{Handle, Held, StartError, Status, Worker};
+pub use state::Message;
+pub use worker::{StartError, Worker};
 
 /// The node's blocking raw-socket test client, shared with its integration tests.
 #[cfg(test)]

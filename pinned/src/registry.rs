@@ -1,12 +1,12 @@
 //! Calls to the registry's worker routes (`POST {base}/registry/{route}`): one JSON request
-//! on a fresh connection through the node crate's one-shot client, the answer turned into
+//! on a fresh connection through `pinboard-http`'s one-shot client, the answer turned into
 //! either its JSON object or a [`CallError`] that says whether to re-register, give up or try
 //! again.
 
 use std::time::Duration;
 
 use http::Method;
-use pinboard::http::{WorkerAddr, fetch};
+use pinboard_http::{WorkerAddr, fetch};
 use serde_json::{Map, Value};
 
 /// Largest registry answer read. Answers are small; register's `duplicates` is the largest.
@@ -31,7 +31,7 @@ pub enum CallError {
         superseded: bool,
     },
     #[error("registry unreachable: {0}")]
-    Unreachable(#[source] pinboard::error::Error),
+    Unreachable(#[source] pinboard_http::error::Error),
     #[error("registry answered {status} with a body that is not the expected JSON object")]
     BadAnswer { status: u16 },
 }

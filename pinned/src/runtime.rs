@@ -1,79 +1,24 @@
 //! The worker's threads: `threads` serving threads, each a monoio event loop with its own
 //! `SO_REUSEPORT` listener (as the node does), and one control thread running the registry
-//! protocol, so a heartbeat is never queued behind busy request handling. Also the
-//! cross-thread [`Signal`]s that stop them.
+//! protocol, so a heartbeat is never queued behind busy request handling. What stops them, the
+//! stop `Signal`s, is shared state (`state.rs`).
 
 use std::cell::Cell;
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Poll, Waker};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
-use pinboard::config::DriverKind;
-use pinboard::http::{Limits, serve_connection};
-use pinboard::runtime::Shutdown;
+use pinboard_http::{DriverKind, Limits, serve_connection};
 use tracing::{error, warn};
 
 use crate::app::App;
 use crate::control;
-use crate::state::Shared;
+use crate::state::{Shared, local_shutdown};
 use crate::surface::Surface;
-
-/// A one-shot flag another thread can await. Each thread awaits it once, in one task that
-/// turns it into the thread's own [`Shutdown`], so the waiter list stays as short as the
-/// number of threads.
-#[derive(Default)]
-pub(crate) struct Signal {
-    fired: AtomicBool,
-    waiters: Mutex<Vec<Waker>>,
-}
-
-impl Signal {
-    pub fn fire(&self) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        self.fired.store(true, Ordering::SeqCst);
-        for waker in waiters.drain(..) {
-            waker.wake();
-        }
-    }
-
-    pub fn is_fired(&self) -> bool {
-        self.fired.load(Ordering::SeqCst)
-    }
-
-    pub async fn wait(&self) {
-        poll_fn(|cx| {
-            // Checked under the lock `fire` takes, so a fire cannot slip between the check
-            // and the registration.
-            let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-            if self.is_fired() {
-                return Poll::Ready(());
-            }
-            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
-
-/// A [`Shutdown`] for the calling thread's event loop, fired when the signal `which` picks
-/// out of `shared` is.
-pub(crate) fn local_shutdown(shared: &Arc<Shared>, which: fn(&Shared) -> &Signal) -> Shutdown {
-    let shutdown = Shutdown::default();
-    let (shared, local) = (shared.clone(), shutdown.clone());
-    monoio::spawn(async move {
-        which(&shared).wait().await;
-        local.fire();
-    });
-    shutdown
-}
 
 /// The listening sockets, bound before any thread starts so that a bad address fails
 /// [`Worker::start`](crate::Worker::start) and port 0 resolves to one port for all threads.

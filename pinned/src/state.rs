@@ -1,23 +1,25 @@
-//! What the worker's threads share: its identity (secret, advertise URL, registry client), and
-//! behind one mutex the state the protocol moves — session, lease, challenges, the instances it
-//! holds and at which epoch, and the control messages received.
+//! What the worker's threads share: its identity (secret, advertise URL, registry client), the
+//! [`Signal`]s that stop them, and behind one mutex the state the protocol moves — session,
+//! lease, challenges, the instances it holds and at which epoch, and the control
+//! [`Message`]s received.
 //!
 //! The mutex is held only for map lookups and small copies, never across an await, so a
 //! serving thread never waits on a registry call.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::poll_fn;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use pinboard::config::DriverKind;
+use pinboard_http::{DriverKind, Shutdown};
+use serde_json::Value;
 
-use crate::app::Message;
 use crate::config::Config;
 use crate::epoch::Epoch;
 use crate::registry::Registry;
-use crate::runtime::Signal;
 
 /// How long a released or evicted instance's epoch is remembered to refuse forwards still
 /// carrying it. Pinboard re-resolves a resolution older than 5 s before forwarding, so a
@@ -25,6 +27,17 @@ use crate::runtime::Signal;
 const GONE_FOR: Duration = Duration::from_secs(60);
 /// Control messages kept for [`Handle::messages`](crate::Handle::messages).
 const MESSAGES_KEPT: usize = 1024;
+
+/// A control message from the registry (spec: heartbeat `messages`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Message {
+    /// Acked on the next heartbeat; kept as sent.
+    pub msg_id: Value,
+    pub ns: String,
+    pub id: String,
+    /// Time left to wind the instance down; `None` revokes an earlier wind-down.
+    pub deadline: Option<Duration>,
+}
 
 pub(crate) struct Shared {
     pub config: Config,
@@ -79,6 +92,57 @@ impl Shared {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// A one-shot flag another thread can await. Each thread awaits it once, in one task that
+/// turns it into the thread's own [`Shutdown`], so the waiter list stays as short as the
+/// number of threads.
+#[derive(Default)]
+pub(crate) struct Signal {
+    fired: AtomicBool,
+    waiters: Mutex<Vec<Waker>>,
+}
+
+impl Signal {
+    pub fn fire(&self) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        self.fired.store(true, Ordering::SeqCst);
+        for waker in waiters.drain(..) {
+            waker.wake();
+        }
+    }
+
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    pub async fn wait(&self) {
+        poll_fn(|cx| {
+            // Checked under the lock `fire` takes, so a fire cannot slip between the check
+            // and the registration.
+            let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            if self.is_fired() {
+                return Poll::Ready(());
+            }
+            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A [`Shutdown`] for the calling thread's event loop, fired when the signal `which` picks
+/// out of `shared` is.
+pub(crate) fn local_shutdown(shared: &Arc<Shared>, which: fn(&Shared) -> &Signal) -> Shutdown {
+    let shutdown = Shutdown::default();
+    let (shared, local) = (shared.clone(), shutdown.clone());
+    monoio::spawn(async move {
+        which(&shared).wait().await;
+        local.fire();
+    });
+    shutdown
 }
 
 type Key = (String, String);

@@ -7,24 +7,19 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{ALLOW, RETRY_AFTER};
-use http::{HeaderName, HeaderValue, Method, StatusCode};
-use pinboard::attestation::Purpose;
-use pinboard::error::Error;
-use pinboard::http::{Handler, Request, Response};
+use http::{HeaderValue, Method, StatusCode};
+use pinboard_http::error::Error;
+use pinboard_http::{Handler, Request, Response};
+use pinboard_protocol::Purpose;
+use pinboard_protocol::header::{ATTESTATION, EPOCH, LEASE_UNHEALTHY, PROXY_SECRET, REFUSAL};
 use serde_json::json;
 use tracing::debug;
 
 use crate::app::{App, Instance};
 use crate::attest::{self, Attestation, Binding, Invalid};
 use crate::epoch::Epoch;
+use crate::handle::Handle;
 use crate::state::{Admission, Shared};
-use crate::worker::Handle;
-
-const ATTESTATION: HeaderName = HeaderName::from_static("pinboard-attestation");
-const EPOCH: HeaderName = HeaderName::from_static("pinboard-epoch");
-const PROXY_SECRET: HeaderName = HeaderName::from_static("pinboard-proxy-secret");
-/// The in-band refusal of a new activation (spec "In-band refusal and re-placement").
-const REFUSAL: HeaderName = HeaderName::from_static("pinned-refusal");
 
 pub(crate) struct Surface<A> {
     shared: Arc<Shared>,
@@ -171,7 +166,7 @@ impl<A: App> Surface<A> {
                     &json!({ "detail": "lease unhealthy" }),
                 )
                 .header(RETRY_AFTER, HeaderValue::from_static("1"))
-                .header(REFUSAL, HeaderValue::from_static("lease-unhealthy")));
+                .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY)));
             }
         };
         let instance = Instance {
@@ -278,7 +273,7 @@ mod tests {
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
     use jsonwebtoken::Algorithm;
-    use pinboard::config::DriverKind;
+    use pinboard_http::DriverKind;
     use serde_json::Value;
 
     use super::*;

@@ -1,20 +1,18 @@
-//! The public face of a running worker: [`Worker`] starts and stops it, [`Handle`] is what the
-//! application (and tests) use while it runs — its session and held instances, releasing and
-//! tagging them, adjusting headroom and the draining flag.
+//! The top of a worker: [`Worker`] starts it (validating its configuration, binding, spawning
+//! the serving and control threads) and stops it; its [`Handle`] is the application's while it
+//! runs.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use pinboard::http::WorkerAddr;
-use serde_json::{Value, json};
+use pinboard_http::WorkerAddr;
 
-use crate::app::{App, Message};
+use crate::app::App;
 use crate::config::Config;
-use crate::epoch::Epoch;
-use crate::registry::{CallError, Registry};
+use crate::handle::Handle;
+use crate::registry::Registry;
 use crate::runtime::{bind, choose_driver, spawn_control, spawn_serving};
 use crate::state::Shared;
 
@@ -110,145 +108,4 @@ fn default_advertise_url(addr: SocketAddr) -> String {
         ip => ip,
     };
     format!("http://{}", SocketAddr::new(ip, addr.port()))
-}
-
-/// An instance this worker holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Held {
-    pub ns: String,
-    pub id: String,
-    pub epoch: Epoch,
-}
-
-/// The worker's standing with the registry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub session_id: Option<String>,
-    /// The lease is known to be live: renewed less than a lease TTL ago.
-    pub lease_healthy: bool,
-    /// This worker's own draining flag.
-    pub draining: bool,
-    /// The registry's view: the own flag or an operator's drain.
-    pub registry_draining: bool,
-    pub drain_deadline: Option<Duration>,
-    pub degraded: bool,
-    pub superseded: bool,
-    pub headroom: u64,
-}
-
-/// Access to a running worker; cheap to clone and usable from any thread. The async calls
-/// need a monoio event loop with timers (any of the worker's own threads has one).
-#[derive(Clone)]
-pub struct Handle {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl Handle {
-    pub(crate) fn new(shared: Arc<Shared>) -> Handle {
-        Handle { shared }
-    }
-
-    pub fn local_addr(&self) -> SocketAddr {
-        self.shared.local_addr
-    }
-
-    pub fn advertise_url(&self) -> &str {
-        &self.shared.advertise_url
-    }
-
-    /// The secret registered with Pinboard: it signs attestations for this worker with it.
-    pub fn secret(&self) -> &str {
-        &self.shared.secret
-    }
-
-    pub fn session_id(&self) -> Option<String> {
-        self.shared.state().session.clone()
-    }
-
-    pub fn status(&self) -> Status {
-        let state = self.shared.state();
-        Status {
-            session_id: state.session.clone(),
-            lease_healthy: state.lease_healthy(Instant::now()),
-            draining: state.draining,
-            registry_draining: state.registry_draining,
-            drain_deadline: state.drain_deadline,
-            degraded: state.degraded,
-            superseded: state.superseded,
-            headroom: state.headroom,
-        }
-    }
-
-    /// Held instances, sorted by namespace and id.
-    pub fn held(&self) -> Vec<Held> {
-        self.shared
-            .state()
-            .held()
-            .into_iter()
-            .map(|(ns, id, epoch)| Held { ns, id, epoch })
-            .collect()
-    }
-
-    /// Wind-down messages received, oldest first (the last 1024).
-    pub fn messages(&self) -> Vec<Message> {
-        self.shared.state().messages.iter().cloned().collect()
-    }
-
-    /// The headroom sent on the next heartbeat.
-    pub fn set_headroom(&self, headroom: u64) {
-        self.shared.state().headroom = headroom;
-    }
-
-    /// This worker's own draining flag, sent on the next heartbeat: while set, the registry
-    /// places no new instances here.
-    pub fn set_draining(&self, draining: bool) {
-        self.shared.state().draining = draining;
-    }
-
-    /// Gives up `(ns, id)`: the worker stops holding it at once, then asks the registry to
-    /// free its placement, quoting the epoch it was held at (given up after three tries).
-    /// Whether the registry freed a row.
-    pub async fn release(&self, ns: &str, id: &str) -> Result<bool, CallError> {
-        let (session, epoch) = {
-            let mut state = self.shared.state();
-            let epoch = state
-                .forget(ns, id, Instant::now())
-                .ok_or_else(|| not_held(ns, id))?;
-            (state.session.clone().ok_or(CallError::NoSession)?, epoch)
-        };
-        let body = json!([{
-            "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str(),
-        }]);
-        let answer = self.shared.registry.post_thrice("release", &body).await?;
-        let released = answer.get("released").and_then(Value::as_u64);
-        Ok(released.ok_or(CallError::BadAnswer { status: 200 })? > 0)
-    }
-
-    /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
-    /// wrote it: false when the placement moved on meanwhile.
-    pub async fn tag(&self, ns: &str, id: &str, tag: &str) -> Result<bool, CallError> {
-        let (session, epoch) = {
-            let state = self.shared.state();
-            let epoch = state
-                .epoch_of(ns, id)
-                .cloned()
-                .ok_or_else(|| not_held(ns, id))?;
-            (state.session.clone().ok_or(CallError::NoSession)?, epoch)
-        };
-        let body = json!({
-            "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str(), "tag": tag,
-        });
-        let answer = self.shared.registry.post_thrice("tag", &body).await?;
-        answer
-            .get("tagged")
-            .and_then(Value::as_bool)
-            .ok_or(CallError::BadAnswer { status: 200 })
-    }
-}
-
-fn not_held(ns: &str, id: &str) -> CallError {
-    CallError::NotHeld {
-        ns: ns.to_owned(),
-        id: id.to_owned(),
-    }
 }

@@ -23,6 +23,8 @@ use toml::{Table, Value};
 use crate::redis::RedisTarget;
 
 pub use env::ignored as ignored_env;
+/// The event-loop I/O driver: `pinboard-http`'s, shared with the workers.
+pub use pinboard_http::DriverKind;
 
 /// Everything a node needs to start. Build it with [`Config::load`]; every field has already been
 /// validated there.
@@ -125,15 +127,6 @@ impl FromStr for LogFormat {
             _ => Err(format!(r#"expected "text" or "json", got {s:?}"#)),
         }
     }
-}
-
-/// The event-loop I/O driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DriverKind {
-    /// io_uring, falling back to epoll where the kernel refuses it.
-    Auto,
-    IoUring,
-    Epoll,
 }
 
 /// What keeps a client on the same worker (rendezvous-hashed over candidates).
@@ -394,36 +387,6 @@ impl Origins<'_> {
             e.message = format!("{} (in {})", e.message, path.display());
         }
         e
-    }
-}
-
-impl DriverKind {
-    const WORDS: [(DriverKind, &'static str); 3] = [
-        (DriverKind::Auto, "auto"),
-        (DriverKind::IoUring, "io_uring"),
-        (DriverKind::Epoll, "epoll"),
-    ];
-}
-
-impl fmt::Display for DriverKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (_, word) = Self::WORDS
-            .iter()
-            .find(|(kind, _)| kind == self)
-            .expect("every driver has a word");
-        f.write_str(word)
-    }
-}
-
-impl FromStr for DriverKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<DriverKind, String> {
-        Self::WORDS
-            .iter()
-            .find(|(_, word)| *word == s)
-            .map(|(kind, _)| *kind)
-            .ok_or_else(|| format!(r#"expected "auto", "io_uring" or "epoll", got {s:?}"#))
     }
 }
 
@@ -1157,14 +1120,6 @@ write_timeout_ms = 3000
             .render_masked()
             .replace("***", "s3cret-0123456789abcdef0123456789");
         assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
-    }
-
-    #[test]
-    fn driver_words_round_trip() {
-        for (kind, word) in DriverKind::WORDS {
-            assert_eq!(kind.to_string(), word);
-            assert_eq!(word.parse::<DriverKind>(), Ok(kind));
-        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ use futures_util::StreamExt;
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
 
+use pinboard_protocol::header;
+
 use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Purpose, Signer};
 use crate::clock::now_ms;
@@ -359,7 +361,8 @@ async fn fetch_stats(session: &Session) -> Option<Map<String, Value>> {
     };
     Signer::new(session.secret.as_bytes()).sign_into(&claims, &mut Vec::new(), &mut token);
     let token = String::from_utf8(token).ok()?;
-    let headers = [("pinboard-attestation", token.as_str())];
+    let name = header::ATTESTATION;
+    let headers = [(name.as_str(), token.as_str())];
     let answer = fetch(
         &addr,
         Method::GET,

@@ -10,6 +10,7 @@
 //! What it admits travels on in the attestation: `caller` and `depth`, or `acct`.
 
 use http::HeaderName;
+use pinboard_protocol::header::{FROM, SESSION, SESSION_SECRET, SUBREQUEST_DEPTH};
 use serde_json::{Map, Value, json};
 
 use crate::answers::{self, Fail, Handled};
@@ -30,13 +31,6 @@ pub struct Admitted {
     pub claims: Option<Vec<u8>>,
 }
 
-// Header names as constants: looking a `&str` up in a header map parses it every time, and
-// every data-plane request asks for these.
-const FROM: HeaderName = HeaderName::from_static("pinboard-from");
-const SESSION: HeaderName = HeaderName::from_static("pinboard-session");
-const SESSION_SECRET: HeaderName = HeaderName::from_static("pinboard-session-secret");
-const DEPTH: HeaderName = HeaderName::from_static("pinboard-subrequest-depth");
-
 fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
     req.head.headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -49,7 +43,7 @@ pub async fn admit(
     hostname: &str,
     env: &str,
 ) -> Handled<Admitted> {
-    if [&FROM, &SESSION, &SESSION_SECRET, &DEPTH]
+    if [&FROM, &SESSION, &SESSION_SECRET, &SUBREQUEST_DEPTH]
         .iter()
         .any(|h| req.head.headers.contains_key(*h))
     {
@@ -82,7 +76,7 @@ async fn caller(
     let Some((caller_ns, caller_id)) = split_caller(from) else {
         return Err(answers::forbidden_because("malformed caller claim").into());
     };
-    let depth = match header(req, &DEPTH) {
+    let depth = match header(req, &SUBREQUEST_DEPTH) {
         None => 0,
         Some(d) if !d.is_empty() && d.len() <= 9 && d.bytes().all(|b| b.is_ascii_digit()) => {
             d.parse::<u32>().expect("at most 9 digits")

@@ -13,6 +13,7 @@ use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
 use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
+use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::{
@@ -258,10 +259,10 @@ fn upstream_framing(method: &Method, head: &http::response::Parts) -> BodyFramin
 
 fn is_refusal(head: &http::response::Parts) -> bool {
     head.status == StatusCode::SERVICE_UNAVAILABLE
-        && head
-            .headers
-            .get("pinned-refusal")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"lease-unhealthy"))
+        && head.headers.get(REFUSAL).is_some_and(|v| {
+            v.as_bytes()
+                .eq_ignore_ascii_case(LEASE_UNHEALTHY.as_bytes())
+        })
 }
 
 async fn relay(

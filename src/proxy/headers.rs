@@ -220,6 +220,28 @@ mod tests {
         );
     }
 
+    /// The names `request_head` writes as literals (no header map on this path) are the
+    /// protocol's.
+    #[test]
+    fn added_names_are_the_protocols() {
+        use pinboard_protocol::header::{ATTESTATION, EPOCH};
+        let forwarded = Forwarded {
+            peer: "127.0.0.9".parse().unwrap(),
+            epoch: "42",
+            attestation: b"tok",
+            upgrade: None,
+        };
+        let mut out = BytesMut::new();
+        let (empty, none) = (HeaderMap::new(), BodyFraming::None);
+        request_head(&Method::GET, "", "/t/x", &empty, &forwarded, none, &mut out);
+        let out = std::str::from_utf8(&out).unwrap();
+        assert!(out.contains(&format!("\r\n{EPOCH}: 42\r\n")), "{out}");
+        assert!(
+            out.contains(&format!("\r\n{ATTESTATION}: tok\r\n")),
+            "{out}"
+        );
+    }
+
     #[test]
     fn response_head_strips_and_adds() {
         let upstream = headers(&[

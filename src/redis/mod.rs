@@ -15,6 +15,8 @@ mod target;
 
 use bytes::Bytes;
 
+use crate::error::{Error, Origin};
+
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::encode_command;
@@ -56,6 +58,15 @@ impl RedisError {
             .iter()
             .any(|code| msg.starts_with(code)),
         }
+    }
+}
+
+/// A failed Redis request as the node reports it: `Origin::Redis`, retryable when Redis says
+/// the condition is transient.
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Error {
+        let retryable = e.retryable();
+        Error::because(Origin::Redis, "redis request", e).retryable(retryable)
     }
 }
 

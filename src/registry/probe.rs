@@ -6,6 +6,8 @@ use std::time::Duration;
 use http::Method;
 use serde_json::Value;
 
+use pinboard_protocol::header;
+
 use crate::http::{WorkerAddr, fetch};
 
 /// Probe answers are tiny; anything bigger is not a worker talking.
@@ -29,7 +31,8 @@ pub async fn probe(
     timeout: Duration,
 ) -> Probe {
     let path = format!("/_pinned/challenge?challenge={}", percent_encode(challenge));
-    let headers = [("pinboard-proxy-secret", secret)];
+    let name = header::PROXY_SECRET;
+    let headers = [(name.as_str(), secret)];
     let answer = match fetch(
         worker,
         Method::GET,

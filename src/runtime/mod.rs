@@ -5,8 +5,6 @@
 //! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
 //! (stop accepting, let in-flight requests finish, exit).
 
-mod shutdown;
-
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -16,7 +14,7 @@ use std::time::{Duration, Instant};
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 use tracing::{info, warn};
 
-pub use shutdown::Shutdown;
+pub use pinboard_http::Shutdown;
 
 use crate::config::DriverKind;
 use crate::error::{Error, Origin};

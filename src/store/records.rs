@@ -6,24 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// Hostname-aware mode's takeover policy: the worker protocol's, shared with `pinned`.
+pub use pinboard_protocol::Takeover;
+
 /// In single mode every key's `{env}` part is this literal (contract §3).
 pub const SINGLE_ENV: &str = "default";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Takeover {
-    WindDown,
-    Deny,
-}
-
-impl Takeover {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Takeover::WindDown => "wind_down",
-            Takeover::Deny => "deny",
-        }
-    }
-}
 
 /// The master record of a session, in the registry slot's `sessions` hash.
 #[derive(Clone, Debug, Serialize, Deserialize)]

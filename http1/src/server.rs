@@ -20,7 +20,7 @@ use super::head::{HeadDecoder, HeadError};
 use super::request::{Request, read_into};
 use super::response::{Persistence, Response};
 use crate::error::Error;
-use crate::runtime::Shutdown;
+use crate::shutdown::Shutdown;
 
 /// Bounds on what one client connection may cost.
 #[derive(Clone, Debug)]

@@ -100,10 +100,3 @@ impl std::error::Error for Error {
             .map(|c| c as &(dyn std::error::Error + 'static))
     }
 }
-
-impl From<crate::redis::RedisError> for Error {
-    fn from(e: crate::redis::RedisError) -> Error {
-        let retryable = e.retryable();
-        Error::because(Origin::Redis, "redis request", e).retryable(retryable)
-    }
-}

@@ -1,0 +1,32 @@
+//! `pinboard-http`: what the Pinboard node and its workers (`pinned`) both need to speak
+//! HTTP/1.1 on monoio, and nothing of either: no configuration, credentials, Redis or
+//! placement. It owns the server side (request heads parsed by monoio-http's codec pieces,
+//! bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
+//! one-shot client to a worker ([`fetch`]), the one error type both sides report failures
+//! with ([`error`]), a core's [`Shutdown`] signal and the event-loop [`DriverKind`].
+//!
+//! No framework: a router sees a [`Request`] and returns a [`Response`].
+
+mod chunked;
+mod client;
+mod driver;
+pub mod error;
+mod head;
+mod json;
+mod path;
+mod request;
+mod resolve;
+mod response;
+mod server;
+mod shutdown;
+
+pub use chunked::{ChunkedDecoder, Malformed, Piece};
+pub use client::{Answer, WorkerAddr, fetch};
+pub use driver::DriverKind;
+pub use head::{Framing, HeadDecoder, HeadError};
+pub use json::read_json;
+pub use path::remove_dot_segments;
+pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
+pub use response::{Persistence, Response, encode_status_line};
+pub use server::{Handler, Limits, serve_connection};
+pub use shutdown::Shutdown;
