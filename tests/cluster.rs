@@ -425,8 +425,8 @@ fn a_killed_master_fails_only_its_slots() {
     let master: Vec<usize> = (0..16)
         .map(|b| cluster.owner_of(cluster.slot_of(&keys.bucket(b).workers)))
         .collect();
-    // The registry slot's master stays: the fleet license lives there, and a node whose claim
-    // fails (every third of a lease) stops serving every id, whichever master holds its bucket.
+    // The registry slot's master stays: it holds the fleet license, whose loss is
+    // `a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease`'s.
     let registry = cluster.owner_of(cluster.slot_of(keys.sessions()));
     let victim = (0..3)
         .filter(|&n| n != registry)
@@ -515,6 +515,73 @@ fn a_killed_master_fails_only_its_slots() {
         "{} wrong answers, e.g. {:?}\n{}",
         violations.len(),
         &violations[..violations.len().min(10)],
+        node.log()
+    );
+}
+
+/// The registry slot's master killed: registration and heartbeats fail (503 registry
+/// unavailable) and the fleet license cannot be renewed, but the license the node holds lives
+/// a lease, so until it lapses the ids of the other masters keep being served; after it, the
+/// node stops serving (503 not the serving fleet) like any node without the license.
+#[test]
+fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
+    use std::time::{Duration, Instant};
+
+    let keys = support::keys(16);
+    let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
+    let node = Node::start(
+        &cluster.url(),
+        &[
+            ("PINBOARD_SHARDS", "16"),
+            ("PINBOARD_LEASE_TTL_MS", "9000"),
+            ("PINBOARD_REDIS_TIMEOUT_MS", "500"),
+        ],
+    );
+    let worker = TestWorker::start("registry-master");
+    register(&node, &worker);
+    for b in 0..16 {
+        cluster_cli(&cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
+    }
+    let registry = cluster.owner_of(cluster.slot_of(keys.sessions()));
+    let owner = |id: &str| {
+        cluster.owner_of(cluster.slot_of(&keys.bucket(pinboard::store::bucket_of(id, 16)).workers))
+    };
+    let (live, dead): (Vec<String>, Vec<String>) = (0..48)
+        .map(|i| format!("r-{i}"))
+        .partition(|id| owner(id) != registry);
+    assert!(!live.is_empty() && !dead.is_empty());
+    for id in live.iter().chain(&dead) {
+        assert_eq!(get(node.addr, &format!("/threads/{id}"), None).status, 200);
+    }
+
+    cluster.node_mut(registry).stop();
+    let killed = Instant::now();
+    let operator = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let workers = || get(node.addr, "/registry/workers", Some(&operator));
+    assert!(support::node::eventually(Duration::from_secs(3), || {
+        let r = workers();
+        r.status == 503 && r.text() == r#"{"error":"registry unavailable, retry"}"#
+    }));
+    // Well inside the lease the license was last renewed for (every third of one).
+    while killed.elapsed() < Duration::from_secs(4) {
+        for id in &live {
+            let r = get(node.addr, &format!("/threads/{id}"), None);
+            assert_eq!(
+                r.status,
+                200,
+                "{id} at {:?}: {}",
+                killed.elapsed(),
+                r.text()
+            );
+        }
+    }
+    // Once it has lapsed, no id is served.
+    assert!(
+        support::node::eventually(Duration::from_secs(10), || {
+            let r = get(node.addr, &format!("/threads/{}", live[0]), None);
+            r.status == 503 && r.text() == r#"{"error":"not the serving fleet"}"#
+        }),
+        "{}",
         node.log()
     );
 }

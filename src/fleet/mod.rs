@@ -7,7 +7,7 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
@@ -38,8 +38,13 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
     let epoch = config.fleet_epoch.to_string();
     let store = &core.store;
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
+    let lease = Duration::from_millis(config.lease_ttl_ms);
     let mut failures = Failures::default();
+    // Until when the license this node last claimed lives in Redis (it is set with a TTL of
+    // one lease, from before the claim was sent).
+    let mut held_until: Option<Instant> = None;
     while !shutdown.is_fired() {
+        let sent = Instant::now();
         let reply = store
             .redis
             .evalsha(
@@ -64,13 +69,16 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
                     .iter()
                     .map(|f| f.as_str())
                     .collect();
-                flags == [Some("1"), Some("1")]
+                let holds = flags == [Some("1"), Some("1")];
+                held_until = holds.then_some(sent + lease);
+                holds
             }
-            // Without Redis the node cannot place anything either: it is not serving until
-            // a claim succeeds again.
+            // A claim that could not be made does not end the license: no other fleet can
+            // take it before it expires, so the node keeps serving what Redis still answers
+            // (a Redis Cluster master down fails only its own slots) until then.
             Err(e) => {
                 failures.failed(e);
-                false
+                held_until.is_some_and(|until| Instant::now() < until)
             }
         };
         if reply.is_ok() {
