@@ -1,67 +1,13 @@
 //! Parsing the worker protocol's bodies into their typed shapes: simd-json (what
 //! `http::read_json` uses; it parses in place, so each iteration first copies the body into a
 //! reused buffer, as a request body read is consumed by the parse) against serde_json.
-//! The structs mirror `registry::register::Body` and `registry::heartbeat::Body`.
+//! The types are the protocol's own (`pinboard_protocol::registry`), as the node parses them.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use pinboard::store::Takeover;
-use serde::Deserialize;
+use pinboard_protocol::registry::{HeartbeatRequest, RegisterRequest};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[expect(
-    dead_code,
-    reason = "built by the parse, never read: the parse is what is measured"
-)]
-struct Register {
-    client_id: String,
-    secret: String,
-    namespaces: Vec<String>,
-    advertise_url: String,
-    headroom: f64,
-    draining: bool,
-    challenge: String,
-    challenge_value: Value,
-    hostname: Option<String>,
-    env: Option<String>,
-    envs: Option<BTreeMap<String, String>>,
-    takeover: Option<Takeover>,
-    epoch: Option<u64>,
-    instances: Option<BTreeMap<String, Vec<String>>>,
-    prev_session_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-#[expect(
-    dead_code,
-    reason = "built by the parse, never read: the parse is what is measured"
-)]
-enum MsgId {
-    Number(u64),
-    Text(String),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[expect(
-    dead_code,
-    reason = "built by the parse, never read: the parse is what is measured"
-)]
-struct Heartbeat {
-    session_id: String,
-    headroom: f64,
-    draining: bool,
-    challenge: String,
-    challenge_value: Value,
-    #[serde(default)]
-    acks: Vec<MsgId>,
-}
 
 /// A re-registration after a restart: three namespaces, a dozen held instances to reclaim.
 const REGISTER: &[u8] = br#"{
@@ -111,8 +57,8 @@ fn pair<T: DeserializeOwned>(c: &mut Criterion, name: &str, body: &[u8]) {
 }
 
 fn parse(c: &mut Criterion) {
-    pair::<Register>(c, "register", REGISTER);
-    pair::<Heartbeat>(c, "heartbeat", HEARTBEAT);
+    pair::<RegisterRequest>(c, "register", REGISTER);
+    pair::<HeartbeatRequest>(c, "heartbeat", HEARTBEAT);
 }
 
 criterion_group!(benches, parse);

@@ -338,11 +338,23 @@ fn h3_a_client_that_never_reads_releases_its_inflight_slot() {
 #[test]
 fn connections_past_the_cap_are_closed_at_accept() {
     let f = Fixture::new(&[("PINBOARD_MAX_CONNECTIONS", "4")]);
+    // Accepts are asynchronous: each of the four is known accepted (and counted) once it has
+    // been answered, and stays open.
     let idle: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(f.node.addr).unwrap())
+        .map(|_| {
+            let mut conn = TcpStream::connect(f.node.addr).unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            conn.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").unwrap();
+            let mut answer = [0u8; 512];
+            let n = conn.read(&mut answer).unwrap();
+            assert!(
+                answer[..n].starts_with(b"HTTP/1.1 200"),
+                "{:?}",
+                &answer[..n]
+            );
+            conn
+        })
         .collect();
-    // Accepts are asynchronous: the cap is reached once the node counts all four.
-    std::thread::sleep(Duration::from_millis(300));
     let mut extra = TcpStream::connect(f.node.addr).unwrap();
     extra
         .set_read_timeout(Some(Duration::from_secs(5)))

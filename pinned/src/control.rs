@@ -11,12 +11,17 @@ use std::time::{Duration, Instant};
 
 use local_sync::mpsc::unbounded::{Rx, Tx, channel};
 use pinboard_http::Shutdown;
-use serde_json::{Map, Value, json};
+use pinboard_protocol::registry::{
+    ControlMessage, DeregisterRequest, HeartbeatAnswer, HeartbeatRequest, MsgId, RegisterAnswer,
+    RegisterRequest, ReleaseAnswer, ReleaseRow,
+};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
 use tracing::{info, warn};
 
 use crate::app::{App, Event};
 use crate::handle::Handle;
-use crate::registry::CallError;
+use crate::registry::{CallError, read_answer};
 use crate::state::{Message, Shared, local_shutdown};
 
 const REGISTER_BACKOFF: (Duration, Duration) =
@@ -72,8 +77,8 @@ struct Control {
     events: Tx<Event>,
     stop: Shutdown,
     /// Msg ids to ack on the next heartbeat.
-    acks: Vec<Value>,
-    seen: VecDeque<Value>,
+    acks: Vec<MsgId>,
+    seen: VecDeque<MsgId>,
 }
 
 impl Control {
@@ -110,7 +115,7 @@ impl Control {
             let result = self
                 .unless_stopped(registry.post("register", &body))
                 .await?;
-            match result.and_then(|answer| self.registered(&answer, sent, previous.is_some())) {
+            match result.and_then(|answer| self.registered(answer, sent, previous.is_some())) {
                 Ok(lease) => return Some(lease),
                 Err(e) => warn!(error = %e, "registration failed; retrying"),
             }
@@ -120,78 +125,52 @@ impl Control {
         }
     }
 
-    fn register_body(&self, previous: Option<&str>) -> Value {
+    fn register_body(&self, previous: Option<&str>) -> RegisterRequest {
         let config = &self.shared.config;
         let mut state = self.shared.state();
         let (challenge, value) = state.next_challenge();
-        let mut body = json!({
-            "clientId": config.client_id,
-            "secret": self.shared.secret,
-            "namespaces": config.namespaces,
-            "advertiseUrl": self.shared.advertise_url,
-            "headroom": state.headroom,
-            "draining": state.draining,
-            "challenge": challenge,
-            "challengeValue": value,
-        });
-        let fields = body.as_object_mut().expect("a JSON object literal");
-        let mut set = |key: &str, value: Value| fields.insert(key.to_owned(), value);
-        if let Some(hostname) = &config.hostname {
-            set("hostname", json!(hostname));
+        RegisterRequest {
+            client_id: config.client_id.clone(),
+            secret: self.shared.secret.clone(),
+            namespaces: config.namespaces.clone(),
+            advertise_url: self.shared.advertise_url.clone(),
+            headroom: state.headroom.into(),
+            draining: state.draining,
+            challenge,
+            challenge_value: value.into(),
+            hostname: config.hostname.clone(),
+            env: config.env.clone(),
+            envs: (!config.envs.is_empty()).then(|| config.envs.clone()),
+            takeover: config.takeover,
+            epoch: config.epoch,
+            instances: previous
+                .map(|_| state.instances())
+                .filter(|instances| !instances.is_empty()),
+            prev_session_id: previous.map(str::to_owned),
         }
-        if let Some(env) = &config.env {
-            set("env", json!(env));
-        }
-        if !config.envs.is_empty() {
-            set("envs", json!(config.envs));
-        }
-        if let Some(takeover) = config.takeover {
-            set("takeover", json!(takeover.as_str()));
-        }
-        if let Some(epoch) = config.epoch {
-            set("epoch", json!(epoch));
-        }
-        if let Some(previous) = previous {
-            set("prevSessionId", json!(previous));
-            let instances = state.instances();
-            if !instances.is_empty() {
-                set("instances", json!(instances));
-            }
-        }
-        body
     }
 
     /// Takes in a register answer: the session, the lease, and the instances it could not
     /// reclaim.
     fn registered(
         &mut self,
-        answer: &Map<String, Value>,
+        answer: Map<String, Value>,
         sent: Instant,
         reregistered: bool,
     ) -> Result<Duration, CallError> {
         let bad = || CallError::BadAnswer { status: 200 };
-        let session = answer
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .ok_or_else(bad)?;
-        let lease = lease_of(answer).ok_or_else(bad)?;
+        let answer: RegisterAnswer = read_answer(answer).ok_or_else(bad)?;
+        let lease = lease_of(answer.lease.expires_in_ms).ok_or_else(bad)?;
+        let session = answer.session_id.as_str();
         let mut evicted = Vec::new();
         {
             let mut state = self.shared.state();
             state.session = Some(session.to_owned());
             state.lease_until = Some(sent + lease);
             let now = Instant::now();
-            for duplicate in answer
-                .get("duplicates")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let field = |key| duplicate.get(key).and_then(Value::as_str);
-                if let (Some(ns), Some(id)) = (field("ns"), field("id"))
-                    && state.forget(ns, id, now).is_some()
-                {
-                    evicted.push((ns.to_owned(), id.to_owned()));
+            for duplicate in &answer.duplicates {
+                if state.forget(&duplicate.ns, &duplicate.id, now).is_some() {
+                    evicted.push((duplicate.ns.clone(), duplicate.id.clone()));
                 }
             }
         }
@@ -210,7 +189,7 @@ impl Control {
             warn!(%ns, %id, "instance not reclaimed at re-registration; evicted");
             self.emit(Event::Evicted { ns, id });
         }
-        self.drain_state(answer);
+        self.drain_state(answer.lease.draining, answer.lease.drain_deadline.as_ref());
         Ok(lease)
     }
 
@@ -225,16 +204,14 @@ impl Control {
                 let mut state = self.shared.state();
                 let (challenge, value) = state.next_challenge();
                 let session = state.session.clone().unwrap_or_default();
-                let mut body = json!({
-                    "sessionId": session,
-                    "headroom": state.headroom,
-                    "draining": state.draining,
-                    "challenge": challenge,
-                    "challengeValue": value,
-                });
-                if !self.acks.is_empty() {
-                    body["acks"] = json!(self.acks);
-                }
+                let body = HeartbeatRequest {
+                    session_id: session.clone(),
+                    headroom: state.headroom.into(),
+                    draining: state.draining,
+                    challenge,
+                    challenge_value: value.into(),
+                    acks: self.acks.clone(),
+                };
                 (session, body)
             };
             let sent = Instant::now();
@@ -243,11 +220,12 @@ impl Control {
                 return Ended::Stopped;
             };
             match result {
-                Ok(answer) => match lease_of(&answer) {
-                    Some(renewed) => {
-                        let acked = body.get("acks").and_then(Value::as_array);
-                        self.acks
-                            .retain(|id| !acked.is_some_and(|a| a.contains(id)));
+                // Every field but `expiresInMs` reads as absent when it is not understood.
+                Ok(answer) => match read_answer::<HeartbeatAnswer<Value>>(answer)
+                    .and_then(|answer| Some((lease_of(answer.lease.expires_in_ms)?, answer)))
+                {
+                    Some((renewed, answer)) => {
+                        self.acks.retain(|id| !body.acks.contains(id));
                         lease = renewed;
                         wait = lease / 3;
                         backoff = Backoff::new(HEARTBEAT_BACKOFF);
@@ -291,32 +269,32 @@ impl Control {
     }
 
     /// Takes in a successful heartbeat answer.
-    fn renewed(&mut self, answer: &Map<String, Value>, sent: Instant, lease: Duration) {
+    fn renewed(&mut self, answer: &HeartbeatAnswer<Value>, sent: Instant, lease: Duration) {
         let mut fresh = Vec::new();
         {
             let mut state = self.shared.state();
             state.lease_until = Some(sent + lease);
-            state.degraded = answer.get("degraded").and_then(Value::as_bool) == Some(true);
-            for message in answer
-                .get("messages")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let Some(msg_id) = message.get("msgId") else {
+            state.degraded = answer.degraded == Some(true);
+            for message in &answer.messages {
+                // Acked by its msgId whatever else it says, so that a message this worker
+                // cannot read is not delivered again forever.
+                let Some(msg_id) = message
+                    .get("msgId")
+                    .and_then(|id| MsgId::deserialize(id).ok())
+                else {
                     continue;
                 };
                 // Re-delivered until acked: ack again whatever comes back.
-                if !self.acks.contains(msg_id) {
+                if !self.acks.contains(&msg_id) {
                     self.acks.push(msg_id.clone());
                 }
-                if self.seen.contains(msg_id) {
+                if self.seen.contains(&msg_id) {
                     continue;
                 }
                 if self.seen.len() == SEEN_KEPT {
                     self.seen.pop_front();
                 }
-                self.seen.push_back(msg_id.clone());
+                self.seen.push_back(msg_id);
                 match parse_wind_down(message) {
                     Some(parsed) => {
                         state.record_message(parsed.clone());
@@ -330,17 +308,13 @@ impl Control {
             info!(ns = %message.ns, id = %message.id, deadline = ?message.deadline, "wind-down");
             self.emit(Event::WindDown(message));
         }
-        self.drain_state(answer);
+        self.drain_state(answer.lease.draining, answer.lease.drain_deadline.as_ref());
     }
 
     /// Records the registry's drain state from a register or heartbeat answer; an event when
     /// it changed.
-    fn drain_state(&mut self, answer: &Map<String, Value>) {
-        let draining = answer.get("draining").and_then(Value::as_bool) == Some(true);
-        let deadline = answer
-            .get("drainDeadline")
-            .and_then(Value::as_f64)
-            .map(seconds);
+    fn drain_state(&mut self, draining: bool, deadline: Option<&Number>) {
+        let deadline = deadline.and_then(Number::as_f64).map(seconds);
         let changed = {
             let mut state = self.shared.state();
             let changed = (state.registry_draining, state.drain_deadline) != (draining, deadline);
@@ -373,21 +347,29 @@ impl Control {
         let registry = &self.shared.registry;
         let mut released = 0;
         for batch in held.chunks(RELEASE_BATCH) {
-            let rows: Vec<Value> = batch
+            let rows: Vec<ReleaseRow> = batch
                 .iter()
-                .map(|(ns, id, epoch)| {
-                    json!({ "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str() })
+                .map(|(ns, id, epoch)| ReleaseRow {
+                    session_id: session.clone(),
+                    namespace: ns.clone(),
+                    id: id.clone(),
+                    epoch: Some(epoch.as_str().to_owned()),
                 })
                 .collect();
-            match registry.post_thrice("release", &Value::Array(rows)).await {
+            match registry.post_thrice("release", &rows).await {
                 Ok(answer) => {
-                    released += answer.get("released").and_then(Value::as_u64).unwrap_or(0)
+                    released += read_answer::<ReleaseAnswer>(answer).map_or(0, |a| a.released)
                 }
                 Err(e) => warn!(%session, error = %e, "release at shutdown failed; giving up"),
             }
         }
         match registry
-            .post_thrice("deregister", &json!({ "sessionId": session }))
+            .post_thrice(
+                "deregister",
+                &DeregisterRequest {
+                    session_id: session.clone(),
+                },
+            )
             .await
         {
             Ok(_) => info!(%session, held = held.len(), released, "deregistered"),
@@ -417,24 +399,25 @@ impl Control {
     }
 }
 
-/// `expiresInMs` of a register or heartbeat answer.
-fn lease_of(answer: &Map<String, Value>) -> Option<Duration> {
-    let ms = answer.get("expiresInMs")?.as_u64()?;
-    (ms > 0).then(|| Duration::from_millis(ms))
+/// The lease a register or heartbeat answer's `expiresInMs` grants.
+fn lease_of(expires_in_ms: u64) -> Option<Duration> {
+    (expires_in_ms > 0).then(|| Duration::from_millis(expires_in_ms))
 }
 
+/// A heartbeat answer's message, if it is a wind-down this worker can read.
 fn parse_wind_down(message: &Value) -> Option<Message> {
-    if message.get("type")?.as_str()? != "wind_down" {
+    let message = ControlMessage::deserialize(message).ok()?;
+    if message.kind != "wind_down" {
         return None;
     }
-    let deadline = match message.get("deadline") {
-        None | Some(Value::Null) => None,
+    let deadline = match message.deadline {
+        None => None,
         Some(seconds_left) => Some(seconds(seconds_left.as_f64()?)),
     };
     Some(Message {
-        msg_id: message.get("msgId")?.clone(),
-        ns: message.get("ns")?.as_str()?.to_owned(),
-        id: message.get("id")?.as_str()?.to_owned(),
+        msg_id: message.msg_id.into(),
+        ns: message.ns,
+        id: message.id,
         deadline,
     })
 }
@@ -469,6 +452,8 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

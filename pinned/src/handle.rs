@@ -5,10 +5,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use pinboard_protocol::registry::{ReleaseRow, TagAnswer, TagRequest};
+use serde_json::Value;
 
 use crate::epoch::Epoch;
-use crate::registry::CallError;
+use crate::registry::{CallError, read_answer};
 use crate::state::{Message, Shared};
 
 /// An instance this worker holds.
@@ -115,9 +116,12 @@ impl Handle {
                 .ok_or_else(|| not_held(ns, id))?;
             (state.session.clone().ok_or(CallError::NoSession)?, epoch)
         };
-        let body = json!([{
-            "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str(),
-        }]);
+        let body = [ReleaseRow {
+            session_id: session,
+            namespace: ns.to_owned(),
+            id: id.to_owned(),
+            epoch: Some(epoch.as_str().to_owned()),
+        }];
         let answer = self.shared.registry.post_thrice("release", &body).await?;
         let released = answer.get("released").and_then(Value::as_u64);
         Ok(released.ok_or(CallError::BadAnswer { status: 200 })? > 0)
@@ -134,13 +138,18 @@ impl Handle {
                 .ok_or_else(|| not_held(ns, id))?;
             (state.session.clone().ok_or(CallError::NoSession)?, epoch)
         };
-        let body = json!({
-            "sessionId": session, "namespace": ns, "id": id, "epoch": epoch.as_str(), "tag": tag,
-        });
+        let body = TagRequest {
+            row: ReleaseRow {
+                session_id: session,
+                namespace: ns.to_owned(),
+                id: id.to_owned(),
+                epoch: Some(epoch.as_str().to_owned()),
+            },
+            tag: tag.to_owned(),
+        };
         let answer = self.shared.registry.post_thrice("tag", &body).await?;
-        answer
-            .get("tagged")
-            .and_then(Value::as_bool)
+        read_answer::<TagAnswer>(answer)
+            .map(|a| a.tagged)
             .ok_or(CallError::BadAnswer { status: 200 })
     }
 }

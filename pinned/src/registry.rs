@@ -1,12 +1,14 @@
 //! Calls to the registry's worker routes (`POST {base}/registry/{route}`): one JSON request
 //! on a fresh connection through `pinboard-http`'s one-shot client, the answer turned into
-//! either its JSON object or a [`CallError`] that says whether to re-register, give up or try
-//! again.
+//! either its JSON object (read as the protocol's answer type by [`read_answer`]) or a
+//! [`CallError`] that says whether to re-register, give up or try again.
 
 use std::time::Duration;
 
 use http::Method;
 use pinboard_http::{WorkerAddr, fetch};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// Largest registry answer read. Answers are small; register's `duplicates` is the largest.
@@ -63,19 +65,24 @@ impl Registry {
     }
 
     /// `POST /registry/{route}` with `body`; the answer's object on a 2xx.
-    pub async fn post(&self, route: &str, body: &Value) -> Result<Map<String, Value>, CallError> {
+    pub async fn post<B: Serialize + ?Sized>(
+        &self,
+        route: &str,
+        body: &B,
+    ) -> Result<Map<String, Value>, CallError> {
         let path = format!("/registry/{route}");
         let headers = [
             ("authorization", self.authorization.as_str()),
             ("content-type", "application/json"),
         ];
-        let body = body.to_string();
+        // The protocol's bodies are plain data: serializing them cannot fail.
+        let body = serde_json::to_vec(body).expect("request serializes");
         let answer = fetch(
             &self.addr,
             Method::POST,
             &path,
             &headers,
-            body.as_bytes(),
+            &body,
             self.timeout,
             MAX_ANSWER,
         )
@@ -107,10 +114,10 @@ impl Registry {
 
     /// [`post`](Self::post), tried up to three times while the failure is transient (the
     /// registry unreachable or answering 5xx).
-    pub async fn post_thrice(
+    pub async fn post_thrice<B: Serialize + ?Sized>(
         &self,
         route: &str,
-        body: &Value,
+        body: &B,
     ) -> Result<Map<String, Value>, CallError> {
         let mut tries = 1;
         loop {
@@ -124,4 +131,11 @@ impl Registry {
             }
         }
     }
+}
+
+/// A 2xx answer's object read as `A`, one of `pinboard_protocol::registry`'s answers; `None`
+/// when a field the worker cannot do without is missing or malformed (the others read as
+/// absent).
+pub(crate) fn read_answer<A: DeserializeOwned>(answer: Map<String, Value>) -> Option<A> {
+    serde_json::from_value(Value::Object(answer)).ok()
 }

@@ -1,10 +1,12 @@
 //! `pinboard-protocol`: the worker protocol's vocabulary (`docs/api.md`, "The worker protocol",
 //! "Headers" and "The worker's side"), defined once for the node that speaks it and for
 //! `pinned`, the worker library: the [`header`] names either side writes or reads, what an
-//! attestation is for ([`Purpose`]), and hostname-aware mode's [`Takeover`] policy. Nothing
-//! here does I/O.
+//! attestation is for ([`Purpose`]), hostname-aware mode's [`Takeover`] policy, and the
+//! [`registry`] routes' request and answer bodies. Nothing here does I/O.
 
 use serde::{Deserialize, Serialize};
+
+pub mod registry;
 
 /// The `Pinboard-*` and `Pinned-*` headers of the protocol, lowercased as they arrive.
 ///

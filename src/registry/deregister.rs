@@ -2,7 +2,7 @@
 //! its placements are left to dead-owner eviction.
 
 use http::StatusCode;
-use serde::Deserialize;
+use pinboard_protocol::registry::DeregisterRequest;
 
 use super::owned_session;
 use crate::answers::Handled;
@@ -13,14 +13,8 @@ use crate::passport::Credential;
 
 const SHAPE: &str = "{sessionId}";
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Body {
-    session_id: String,
-}
-
 pub async fn deregister(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
-    let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
+    let body: DeregisterRequest = read_json(req, BODY_LIMIT, SHAPE).await?;
     owned_session(core, credential, &body.session_id, true).await?;
     if !core.store.drop_session(&body.session_id, true).await? {
         return Ok(unknown_session());

@@ -4,8 +4,10 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use pinboard_protocol::registry::{
+    ControlMessage, HeartbeatAnswer, HeartbeatRequest, Lease, MsgId,
+};
+use serde::Deserialize;
 use tracing::{info, warn};
 
 use super::fields::{Scope, check_claim};
@@ -21,26 +23,6 @@ use crate::store::{Drain, Session, lua_list, lua_option};
 
 const SHAPE: &str =
     "{sessionId, headroom: number, draining: boolean, challenge, challengeValue, acks?: msgId[]}";
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Body {
-    session_id: String,
-    headroom: f64,
-    draining: bool,
-    challenge: String,
-    challenge_value: Value,
-    #[serde(default)]
-    acks: Vec<MsgId>,
-}
-
-/// Message ids go out as numbers; a worker may echo them back as numbers or strings.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum MsgId {
-    Number(u64),
-    Text(String),
-}
 
 #[derive(Deserialize)]
 struct Outcome {
@@ -69,34 +51,11 @@ struct Stored {
     deadline: Option<u64>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Message {
-    msg_id: u64,
-    #[serde(rename = "type")]
-    kind: String,
-    ns: String,
-    id: String,
-    /// Seconds left at peek time; `null` revokes.
-    deadline: Option<u64>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Answer {
-    expires_in_ms: u64,
-    draining: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    drain_deadline: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    degraded: Option<bool>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    messages: Vec<Message>,
-}
-
 pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
-    let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
-    if !body.headroom.is_finite() || body.headroom < 0.0 {
+    let body: HeartbeatRequest = read_json(req, BODY_LIMIT, SHAPE).await?;
+    // Every JSON number reads as an f64.
+    let headroom = body.headroom.as_f64().unwrap_or(f64::NAN);
+    if !headroom.is_finite() || headroom < 0.0 {
         return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
     let session = owned_session(core, credential, &body.session_id, true).await?;
@@ -145,7 +104,7 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
         })
         .collect();
     let acks = serde_json::to_string(&acks).expect("acks serialize");
-    let headroom = body.headroom.to_string();
+    let headroom = headroom.to_string();
     let draining: &[u8] = if body.draining { b"1" } else { b"0" };
     let store = &core.store;
     let (queue, drain) = (
@@ -190,26 +149,32 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
     }
 
     let now = result.now;
-    let mut messages: Vec<Message> = result
+    let mut messages: Vec<ControlMessage> = result
         .messages
         .into_iter()
         .filter_map(|m| {
-            Some(Message {
-                msg_id: m.msg_id.parse().ok()?,
+            Some(ControlMessage {
+                msg_id: MsgId::Number(m.msg_id.parse().ok()?),
                 kind: m.kind,
                 ns: m.ns,
                 id: m.id,
-                deadline: m.deadline.map(|d| secs_left(d, now)),
+                deadline: m.deadline.map(|d| secs_left(d, now).into()),
             })
         })
         .collect();
-    messages.sort_by_key(|m| m.msg_id);
+    messages.sort_by(|a, b| a.msg_id.cmp(&b.msg_id));
     Ok(Response::json_value(
         StatusCode::OK,
-        &Answer {
-            expires_in_ms: core.shared.config.lease_ttl_ms,
-            draining: session.draining || result.drain.is_some(),
-            drain_deadline: result.drain.as_ref().and_then(|d| drain_secs_left(d, now)),
+        &HeartbeatAnswer {
+            lease: Lease {
+                expires_in_ms: core.shared.config.lease_ttl_ms,
+                draining: session.draining || result.drain.is_some(),
+                drain_deadline: result
+                    .drain
+                    .as_ref()
+                    .and_then(|d| drain_secs_left(d, now))
+                    .map(Into::into),
+            },
             degraded: session.degraded_since.map(|_| true),
             messages,
         },

@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use http::StatusCode;
-use serde::{Deserialize, Serialize};
+use pinboard_protocol::registry::{Held, Lease, RegisterAnswer, RegisterRequest};
+use serde::Deserialize;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -31,26 +32,6 @@ draining: boolean, challenge, challengeValue, hostname?, env?, envs?: {ns: env},
 takeover?: wind_down|deny, epoch?: integer >= 0, instances?: {ns: id[]}, prevSessionId?}";
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Body {
-    client_id: String,
-    secret: String,
-    namespaces: Vec<String>,
-    advertise_url: String,
-    headroom: f64,
-    draining: bool,
-    challenge: String,
-    challenge_value: Value,
-    hostname: Option<String>,
-    env: Option<String>,
-    envs: Option<BTreeMap<String, String>>,
-    takeover: Option<Takeover>,
-    epoch: Option<u64>,
-    instances: Option<BTreeMap<String, Vec<String>>>,
-    prev_session_id: Option<String>,
-}
-
-#[derive(Deserialize)]
 struct Outcome {
     conflict: Option<String>,
     #[serde(default)]
@@ -67,26 +48,8 @@ struct Outcome {
     reclaim: Option<String>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Answer {
-    session_id: String,
-    expires_in_ms: u64,
-    draining: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    drain_deadline: Option<u64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    duplicates: Vec<Held>,
-}
-
-#[derive(Serialize)]
-struct Held {
-    ns: String,
-    id: String,
-}
-
 pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
-    let body: Body = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
+    let body: RegisterRequest = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
     let config = &core.shared.config;
     let (mut s, registration) = validate(body, config.hostname_aware)?;
     let Registration {
@@ -195,11 +158,13 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
         .and_then(|d| drain_secs_left(d, outcome.now));
     Ok(Response::json_value(
         StatusCode::OK,
-        &Answer {
+        &RegisterAnswer {
             session_id: s.session_id.clone(),
-            expires_in_ms: config.lease_ttl_ms,
-            draining: s.draining || outcome.drain.is_some(),
-            drain_deadline,
+            lease: Lease {
+                expires_in_ms: config.lease_ttl_ms,
+                draining: s.draining || outcome.drain.is_some(),
+                drain_deadline: drain_deadline.map(Into::into),
+            },
             duplicates: buckets
                 .duplicates
                 .into_iter()
@@ -220,14 +185,19 @@ struct Registration {
 }
 
 /// Applies the field rules (400s), in single or hostname-aware mode.
-fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration), Response> {
+fn validate(
+    body: RegisterRequest,
+    hostname_aware: bool,
+) -> Result<(Session, Registration), Response> {
     let expected = || answers::bad_request(&format!("expected {SHAPE}"));
+    // Every JSON number reads as an f64.
+    let headroom = body.headroom.as_f64().unwrap_or(f64::NAN);
     if body.client_id.is_empty()
         || body.secret.is_empty()
         || body.challenge.is_empty()
         || body.namespaces.is_empty()
-        || !body.headroom.is_finite()
-        || body.headroom < 0.0
+        || !headroom.is_finite()
+        || headroom < 0.0
     {
         return Err(expected());
     }
@@ -306,7 +276,7 @@ fn validate(body: Body, hostname_aware: bool) -> Result<(Session, Registration),
         env,
         envs,
         takeover,
-        headroom: body.headroom,
+        headroom,
         draining: body.draining,
         degraded_since: None,
         expiry: 0,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use http::StatusCode;
-use serde::Deserialize;
+use pinboard_protocol::registry::{ReleaseAnswer, ReleaseRow, TagAnswer, TagRequest};
 
 use super::{claim_of, owned_session};
 use crate::answers::{self, BODY_LIMIT, Handled};
@@ -19,23 +19,6 @@ use crate::store::{Session, bucket_of};
 const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
 const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Row {
-    session_id: String,
-    namespace: String,
-    id: String,
-    epoch: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TagBody {
-    #[serde(flatten)]
-    row: Row,
-    tag: String,
-}
-
 fn digits(epoch: &str) -> bool {
     !epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_digit())
 }
@@ -46,14 +29,14 @@ fn release_epoch(epoch: &Option<String>) -> bool {
 }
 
 pub async fn release(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
-    let rows: Vec<Row> = read_json(req, BODY_LIMIT, RELEASE_SHAPE).await?;
+    let rows: Vec<ReleaseRow> = read_json(req, BODY_LIMIT, RELEASE_SHAPE).await?;
     if rows.is_empty() || !rows.iter().all(|r| release_epoch(&r.epoch)) {
         return Ok(answers::bad_request(&format!("expected {RELEASE_SHAPE}")));
     }
     // Every row is checked before any is released: a refused request changes nothing.
     let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
     // Per bucket: the placements hashes its rows live in, and (key index, id, session, epoch).
-    type Batch<'r> = (Vec<String>, Vec<(String, &'r Row)>);
+    type Batch<'r> = (Vec<String>, Vec<(String, &'r ReleaseRow)>);
     let mut by_bucket: BTreeMap<u32, Batch> = BTreeMap::new();
     for row in &rows {
         if !sessions.contains_key(row.session_id.as_str()) {
@@ -95,12 +78,15 @@ pub async fn release(core: &Core, req: &mut Request<'_>, credential: &Credential
     }
     Ok(Response::json_value(
         StatusCode::OK,
-        &serde_json::json!({ "released": released }),
+        // The script counts the rows it freed: never negative.
+        &ReleaseAnswer {
+            released: released.try_into().unwrap_or(0),
+        },
     ))
 }
 
 pub async fn tag(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
-    let body: TagBody = read_json(req, BODY_LIMIT, TAG_SHAPE).await?;
+    let body: TagRequest = read_json(req, BODY_LIMIT, TAG_SHAPE).await?;
     let tag_len = body.tag.chars().count();
     if !body.row.epoch.as_deref().is_some_and(digits) || !(1..=256).contains(&tag_len) {
         return Ok(answers::bad_request(&format!("expected {TAG_SHAPE}")));
@@ -127,20 +113,26 @@ pub async fn tag(core: &Core, req: &mut Request<'_>, credential: &Credential) ->
         .await?;
     Ok(Response::json_value(
         StatusCode::OK,
-        &serde_json::json!({ "tagged": tagged == 1 }),
+        &TagAnswer {
+            tagged: tagged == 1,
+        },
     ))
 }
 
 /// The row's session, refused as the spec says. Release and tag skip the expiry check: a
 /// worker whose lease just ran out may still give back what it held.
-async fn checked_session(core: &Core, credential: &Credential, row: &Row) -> Handled<Session> {
+async fn checked_session(
+    core: &Core,
+    credential: &Credential,
+    row: &ReleaseRow,
+) -> Handled<Session> {
     let session = owned_session(core, credential, &row.session_id, false).await?;
     check_row(credential, &session, row)?;
     Ok(session)
 }
 
 /// The row-level rules once its session is known: inside the claim, a registered namespace.
-fn check_row(credential: &Credential, session: &Session, row: &Row) -> Handled<()> {
+fn check_row(credential: &Credential, session: &Session, row: &ReleaseRow) -> Handled<()> {
     if !valid_namespace(&row.namespace) {
         return Err(answers::bad_request("invalid namespace").into());
     }
