@@ -1,4 +1,4 @@
-//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 6, ARGV 12, as
+//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 7, ARGV 12, as
 //! `placement::resolve` builds it), with the client's hand-written encoder into a reused buffer,
 //! against redis-protocol's encoder fed a `BytesFrame` array built per command (what the
 //! owned-frame API needs), and fed a `BorrowedFrame` array built on the stack.
@@ -24,13 +24,13 @@ fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     )
 }
 
-fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 21] {
-    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("21 arguments")))
+fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 22] {
+    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("22 arguments")))
 }
 
 fn encode(c: &mut Criterion) {
     let sha = RESOLVE.sha().as_bytes();
-    let head: [&[u8]; 3] = [b"EVALSHA", sha, b"6"];
+    let head: [&[u8]; 3] = [b"EVALSHA", sha, b"7"];
     let keys = resolve_command::keys();
     let keys = keys.each_ref().map(|k| k.as_bytes());
     let parts: [&[&[u8]]; 3] = [&head, &keys, &ARGS];

@@ -1,10 +1,10 @@
 -- A worker's copy in one placement bucket, atomic in that bucket's slot. Every bucket holds
 -- the records and namespace lists its resolves read, so resolving touches one slot.
 --
--- KEYS[1]        the bucket's worker copies
--- KEYS[2..n+1]   namespace lists, named (as {hostname}{ns}) by ARGV[9] in the same order: the
+-- KEYS[1]        the bucket's worker copies   KEYS[2] the bucket's liveness entries
+-- KEYS[3..n+2]   namespace lists, named (as {hostname}{ns}) by ARGV[9] in the same order: the
 --                lists of the copy written, and of every copy the caller read it may drop
--- KEYS[n+2..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
+-- KEYS[n+3..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
 --
 -- ARGV[1]  'put' (register), 'renew' (heartbeat) or 'drop'   ARGV[2] sessionId
 -- ARGV[3]  the copy (JSON, store::BucketCopy) for 'put' and 'renew'; '' for 'drop'
@@ -13,7 +13,10 @@
 -- ARGV[6]  session this registration replaces, or ''
 -- ARGV[7]  prevSessionId whose rows to reclaim, or ''
 -- ARGV[8]  JSON [[index into KEYS of its placements hash, ns, id], ...]: ids still held here
--- ARGV[9]  JSON [{hostname}{ns}, ...]: the names of KEYS[2..n+1]
+-- ARGV[9]  JSON [{hostname}{ns}, ...]: the names of KEYS[3..n+2]
+--
+-- Every copy written also writes its liveness entry ('{expiry} {hostname}'), which a steady
+-- resolve reads instead of decoding the copy; every copy dropped or pruned loses it.
 --
 -- A drop leaves a tombstone ({expiry = now, dropped = true}) that no list names, pruned like any
 -- copy dead for a lease: a heartbeat that raced the drop finds it and writes nothing back. A
@@ -23,14 +26,14 @@
 -- Returns JSON {stale = true} when a copy to drop is in a list the caller did not declare
 -- (it re-reads and retries; nothing was written), else
 -- {duplicates = [[ns, id]...], windDowns = [[ns, id, expiry]...], healed = true|false}.
-local workers = KEYS[1]
+local workers, alive = KEYS[1], KEYS[2]
 local op, sid = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[4])
 local now = now_ms()
 
 local lists = {}
 for i, name in ipairs(cjson.decode(ARGV[9])) do
-  lists[name] = KEYS[i + 1]
+  lists[name] = KEYS[i + 2]
 end
 -- The lists a copy is a member of, or nil when one of them was not declared.
 local function lists_of(copy)
@@ -88,10 +91,12 @@ end
 for _, d in ipairs(drops) do
   leave(d[1], d[2])
   redis.call('HSET', workers, d[1], cjson.encode({expiry = now, dropped = true}))
+  redis.call('HDEL', alive, d[1])
 end
 for _, p in ipairs(pruned) do
   leave(p[1], p[2])
   redis.call('HDEL', workers, p[1])
+  redis.call('HDEL', alive, p[1])
 end
 if op == 'drop' then
   return done(false)
@@ -111,6 +116,7 @@ if not keys then
   return redis.error_reply('ERR bucket_worker: the copy names a list not in KEYS')
 end
 redis.call('HSET', workers, sid, ARGV[3])
+redis.call('HSET', alive, sid, string.format('%d', copy.expiry) .. ' ' .. (copy.hostname or ''))
 for _, key in ipairs(keys) do
   redis.call('SADD', key, sid)
 end

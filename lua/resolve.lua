@@ -5,6 +5,7 @@
 -- KEYS[1]  the placements hash of (env, ns)     KEYS[2] the bucket's worker copies
 -- KEYS[3]  the overwritten hash of (env, ns)    KEYS[4] the namespace list of {hostname}{ns}
 -- KEYS[5]  the bucket's boot_time               KEYS[6] the bucket's epoch counter
+-- KEYS[7]  the bucket's liveness entries (sessionId → '{expiry} {hostname}': hostnames hold no space)
 --
 -- ARGV[1]  id             ARGV[2] hostname of the request ('' in single mode)
 -- ARGV[3]  lease TTL (ms)
@@ -18,14 +19,17 @@
 -- ARGV[12] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
 --
 -- Returns a flat array so the hot path parses no JSON:
---   {'forward', sessionId, epoch, advertiseUrl, secret, placed ('1' new | '0' existing),
+--   {'forward', sessionId, epoch, placed ('1' new | '0' existing),
 --    overwritten ('1' when the id is listed on the overwritten hash),
---    wind-down expiry ms carried over to a new owner ('' for none)}
+--    wind-down expiry ms carried over to a new owner ('' for none)
+--    [, advertiseUrl, secret]}: a new placement names its worker; an existing row does not
+--   (a session's URL and secret never change: the caller keeps them per session, and reads
+--   the owner's copy when it meets a session it does not know)
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
 --   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
-local placements, workers, overwritten, list, boot_key, epoch_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local placements, workers, overwritten, list, boot_key, epoch_key, alive =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[3])
 local excluded, preferred, affinity = ARGV[4], ARGV[5], ARGV[6]
@@ -39,12 +43,25 @@ local old
 if raw then
   old = cjson.decode(raw)
   local owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
-  local owner = owned and redis.call('HGET', workers, old.sessionId)
-  if owner then
-    owner = cjson.decode(owner)
+  -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
+  -- without one (written before liveness entries existed) is read as before.
+  local owner_expiry, owner_hostname
+  local live = owned and redis.call('HGET', alive, old.sessionId)
+  if live then
+    local space = string.find(live, ' ', 1, true)
+    owner_expiry = tonumber(string.sub(live, 1, space - 1))
+    owner_hostname = string.sub(live, space + 1)
+  elseif owned then
+    local copy = redis.call('HGET', workers, old.sessionId)
+    if copy then
+      copy = cjson.decode(copy)
+      owner_expiry, owner_hostname = copy.expiry, copy.hostname or ''
+    end
+  end
+  if owner_expiry then
     local fenced = old.expiry and old.expiry <= now
-    if owner.expiry > now and not fenced then
-      if hostname ~= '' and owner.hostname ~= hostname then
+    if owner_expiry > now and not fenced then
+      if hostname ~= '' and owner_hostname ~= hostname then
         if ARGV[11] == 'deny' then
           return {'takeover-denied'}
         end
@@ -54,7 +71,7 @@ if raw then
         end
         return {'takeover-pending', tostring(old.expiry - now)}
       end
-      return {'forward', old.sessionId, old.epoch or '', owner.advertiseUrl, owner.secret, '0',
+      return {'forward', old.sessionId, old.epoch or '', '0',
         tostring(redis.call('HEXISTS', overwritten, id)), ''}
     end
   end
@@ -167,5 +184,5 @@ if old and old.expiry and old.expiry > now then
   fence = string.format('%d', old.expiry)
 end
 redis.call('HSET', placements, id, cjson.encode(row))
-return {'forward', chosen.sid, row.epoch, chosen.advertiseUrl, chosen.secret, '1',
-  displaced and '1' or '0', fence}
+return {'forward', chosen.sid, row.epoch, '1', displaced and '1' or '0', fence,
+  chosen.advertiseUrl, chosen.secret}

@@ -164,7 +164,8 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
             }
         }
     };
-    // Half moved: the copies, namespace list, boot time and epoch counter, not the rows.
+    // Half moved: the copies and liveness entries, namespace list, boot time and epoch
+    // counter, not the rows.
     cluster.mark_migrating(slot, from, to);
     check_all("marked");
     let half = [
@@ -172,6 +173,7 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
         keys.nsw(bucket, "", "/threads"),
         fixed.boot_time.clone(),
         fixed.epoch.clone(),
+        fixed.alive.clone(),
     ];
     let half: Vec<&str> = half.iter().map(String::as_str).collect();
     cluster.migrate_keys(from, to, &half);

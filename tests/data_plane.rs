@@ -1067,3 +1067,43 @@ fn metrics_speak_prometheus_text_unless_openmetrics_is_asked_for() {
         (404, r#"{"error":"unknown namespace"}"#)
     );
 }
+
+/// A steady resolve reads the owner's liveness entry, not its copy, and names no URL or
+/// secret: a node that has never met the session (another node of the fleet, or this one
+/// after a restart) reads them from the copy once, and forwards at the row's epoch.
+#[test]
+fn a_node_that_never_met_the_owner_reads_its_copy_once() {
+    let (f, worker, session) = warm_fleet(&[]);
+    let placed = echo(&get(f.node.addr, "/threads/met", None));
+    let epoch = placed["headers"]["pinboard-epoch"].clone();
+    let other = support::node::Node::start(
+        &f.redis.url(),
+        &[
+            ("PINBOARD_SHARDS", "4"),
+            ("PINBOARD_VERIFY_TIMEOUT_MS", "500"),
+        ],
+    );
+    for _ in 0..3 {
+        let seen = echo(&get(other.addr, "/threads/met", None));
+        assert_eq!(seen["headers"]["pinboard-epoch"], epoch);
+        let claims = claims_of(
+            seen["headers"]["pinboard-attestation"].as_str().unwrap(),
+            &worker.secret(),
+        );
+        assert_eq!(claims["aud"], session);
+    }
+    let bucket = pinboard::store::bucket_of("met", 4);
+    let alive = f.cli(&["HGET", &f.keys.bucket(bucket).alive, &session]);
+    // `{expiry} {hostname}`, the hostname empty in single mode (the cli trims the space).
+    assert!(alive.trim_end().parse::<u64>().is_ok(), "{alive:?}");
+    // A deregistered owner's entry goes with its copy: its rows are free again.
+    assert_eq!(
+        f.post("deregister", &f.token, &json!({"sessionId": session}))
+            .status,
+        200
+    );
+    assert!(
+        f.cli(&["HGET", &f.keys.bucket(bucket).alive, &session])
+            .is_empty()
+    );
+}

@@ -1026,7 +1026,7 @@ fn a_bucket_that_lost_its_keys_heals_at_the_next_heartbeat() {
         .map(|id| f.row("/threads", id).unwrap())
         .collect();
 
-    f.cli(&["DEL", &f.keys.bucket(1).workers]);
+    f.cli(&["DEL", &f.keys.bucket(1).workers, &f.keys.bucket(1).alive]);
     for ns in ["/threads", "/docs"] {
         f.cli(&["DEL", &f.keys.nsw(1, "", ns)]);
     }

@@ -1,9 +1,9 @@
 //! The resolve EVALSHA's keys and arguments as `placement::resolve` sends them for a steady
-//! request (`KEYS` 6, `ARGV` 12): one fixture for the encoding bench (`benches/resp_encode.rs`)
+//! request (`KEYS` 7, `ARGV` 12): one fixture for the encoding bench (`benches/resp_encode.rs`)
 //! and the allocation test (`tests/alloc.rs`), which are separate crates.
 
 /// The keys, named by the store as the node names them (bucket 7 of 16, `/threads`).
-pub fn keys() -> [String; 6] {
+pub fn keys() -> [String; 7] {
     let keys = pinboard::store::Keys::new("pinboard:", 16);
     let fixed = keys.bucket(7);
     [
@@ -13,6 +13,7 @@ pub fn keys() -> [String; 6] {
         keys.nsw(7, "", "/threads"),
         fixed.boot_time.clone(),
         fixed.epoch.clone(),
+        fixed.alive.clone(),
     ]
 }
 

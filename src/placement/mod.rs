@@ -23,8 +23,9 @@ use crate::store::{Store, bucket_of};
 pub struct Placement {
     pub session_id: String,
     pub epoch: String,
-    pub advertise_url: String,
-    pub secret: String,
+    /// The worker's advertise URL and secret, named by a new placement only: an existing row's
+    /// owner is one the caller usually knows already ([`Store::worker_of`] otherwise).
+    pub worker: Option<WorkerAddress>,
     /// Minted by this resolve (as opposed to an existing row).
     pub placed: bool,
     /// The id is on the overwritten list: a 2xx from the new owner clears the marker.
@@ -32,6 +33,13 @@ pub struct Placement {
     /// A wind-down fence (ms) this new placement inherited from a dead owner's row: the new
     /// owner must be told.
     pub inherited_wind_down: Option<u64>,
+}
+
+/// How a worker is reached: fixed for a session's life.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerAddress {
+    pub advertise_url: String,
+    pub secret: String,
 }
 
 /// What a resolve decided.
@@ -208,6 +216,7 @@ pub async fn resolve(
                 nsw.as_bytes(),
                 fixed.boot_time.as_bytes(),
                 fixed.epoch.as_bytes(),
+                fixed.alive.as_bytes(),
             ],
             &[
                 req.id.as_bytes(),
@@ -242,11 +251,16 @@ fn parse(reply: &Reply) -> Option<Outcome> {
         "forward" => Outcome::Forward(Placement {
             session_id: text(1)?.to_owned(),
             epoch: text(2)?.to_owned(),
-            advertise_url: text(3)?.to_owned(),
-            secret: text(4)?.to_owned(),
-            placed: text(5)? == "1",
-            overwritten: text(6)? == "1",
-            inherited_wind_down: text(7)?.parse().ok(),
+            placed: text(3)? == "1",
+            overwritten: text(4)? == "1",
+            inherited_wind_down: text(5)?.parse().ok(),
+            worker: match (text(6), text(7)) {
+                (Some(url), Some(secret)) => Some(WorkerAddress {
+                    advertise_url: url.to_owned(),
+                    secret: secret.to_owned(),
+                }),
+                _ => None,
+            },
         }),
         "unknown-ns" => Outcome::UnknownNs,
         "no-backends" => Outcome::NoBackends,

@@ -19,8 +19,8 @@ use crate::http::{Request, Response};
 use crate::names::valid_id;
 use crate::node::Core;
 use crate::placement::{self, Outcome};
-use crate::store::SINGLE_ENV;
-use crate::upstream::Inflight;
+use crate::store::{SINGLE_ENV, bucket_of};
+use crate::upstream::{Inflight, Known};
 
 /// `{ns}/{id}{rest}` below the base path.
 struct Route<'a> {
@@ -144,7 +144,20 @@ pub async fn handle(
                 .push_wind_downs(&placement.session_id, &message)
                 .await?;
         }
-        let Some(worker) = core.upstreams.worker(&placement) else {
+        let known = match core.upstreams.worker(&placement) {
+            // Once per session and core: the owner's URL and secret, from its copy.
+            Known::Unknown => {
+                let bucket = bucket_of(route.id, core.store.keys.shards());
+                match core.store.worker_of(bucket, &placement.session_id).await? {
+                    Some((url, secret)) => {
+                        core.upstreams.learn(&placement.session_id, &url, &secret)
+                    }
+                    None => Known::Unreachable,
+                }
+            }
+            known => known,
+        };
+        let Known::Worker(worker) = known else {
             return Ok(answers::bad_gateway());
         };
         let Some(_inflight) = Inflight::enter(&worker, core.upstreams.cap) else {

@@ -37,6 +37,9 @@ pub struct Keys {
 pub struct BucketKeys {
     /// Hash: sessionId → the worker's copy ([`super::BucketCopy`]).
     pub workers: String,
+    /// Hash: sessionId → `{expiry ms} {hostname}`, what a steady resolve reads of an owner
+    /// (its liveness, and its hostname in hostname-aware mode) without decoding its copy.
+    pub alive: String,
     /// The bucket's cold-start stamp (ms), set by its first resolve.
     pub boot_time: String,
     /// The bucket's placement epoch counter.
@@ -54,6 +57,7 @@ impl Keys {
                 .iter()
                 .map(|b| BucketKeys {
                     workers: format!("{b}workers"),
+                    alive: format!("{b}alive"),
                     boot_time: format!("{b}boot_time"),
                     epoch: format!("{b}epoch"),
                 })
@@ -203,6 +207,7 @@ mod tests {
             keys.nsw(3, "h.example", "/a"),
             keys.wake(3, "e", "/a"),
             keys.bucket(3).epoch.clone(),
+            keys.bucket(3).alive.clone(),
             keys.bucket(3).boot_time.clone(),
         ] {
             assert_eq!(slot(&key), slot("{3}"), "{key}");

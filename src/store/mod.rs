@@ -195,6 +195,28 @@ impl Store {
         Ok(all)
     }
 
+    /// How the owner of a row in `bucket` is reached, read from its copy there: `None` when
+    /// the bucket has no live copy of the session (dropped, pruned, lost).
+    pub async fn worker_of(
+        &self,
+        bucket: u32,
+        session_id: &str,
+    ) -> Result<Option<(String, String)>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[
+                b"HGET",
+                self.keys.bucket(bucket).workers.as_bytes(),
+                session_id.as_bytes(),
+            ])
+            .await?;
+        Ok(reply
+            .as_bytes()
+            .and_then(|raw| BucketCopy::decode(raw).ok())
+            .filter(|copy| !copy.dropped)
+            .map(|copy| (copy.advertise_url, copy.secret)))
+    }
+
     /// Each bucket's cold-start stamp (ms), where it has one.
     pub async fn boot_times(&self) -> Result<Vec<i64>, Error> {
         let reads = (0..self.keys.shards()).map(|b| async move {
@@ -386,10 +408,10 @@ impl Store {
                 .keys()
                 .map(|(env, ns)| keys.placements(call.bucket, env, ns))
                 .collect();
-            let mut declared: Vec<&[u8]> = vec![bucket.workers.as_bytes()];
+            let mut declared: Vec<&[u8]> = vec![bucket.workers.as_bytes(), bucket.alive.as_bytes()];
             declared.extend(lists.iter().map(|k| k.as_bytes()));
             declared.extend(placement_keys.iter().map(|k| k.as_bytes()));
-            let first_placements = 2 + lists.len();
+            let first_placements = 3 + lists.len();
             let held: Vec<(usize, &str, &str)> = call
                 .held
                 .iter()
@@ -490,6 +512,7 @@ mod tests {
             "}members",
             "}sweeper",
             "}workers",
+            "}alive",
             "}nsw:",
             "}boot_time",
             "}epoch",

@@ -95,6 +95,7 @@ mod tests {
             "'fleet'",
             "'members'",
             "'workers'",
+            "'alive'",
             "'nsw:",
             ":placements'",
             ":overwritten'",

@@ -91,28 +91,44 @@ impl Upstreams {
         }
     }
 
-    /// The worker of `placement`; the parsed address and HMAC state are derived once per
-    /// (session, URL, secret), not per request.
-    pub fn worker(&self, placement: &Placement) -> Option<Rc<Worker>> {
-        if let Some(w) = self.workers.borrow().get(&placement.session_id)
-            && w.url == placement.advertise_url
-            && w.secret == placement.secret
-        {
-            return Some(w.clone());
+    /// The worker of `placement`, when this core knows how to reach it: a new placement names
+    /// it (and is remembered), an existing row's owner is looked up by session. The parsed
+    /// address and HMAC state are derived once per session (its URL and secret never change),
+    /// not per request.
+    pub fn worker(&self, placement: &Placement) -> Known {
+        match &placement.worker {
+            Some(addr) => self.learn(&placement.session_id, &addr.advertise_url, &addr.secret),
+            None => match self.workers.borrow().get(&placement.session_id) {
+                Some(w) => Known::Worker(w.clone()),
+                None => Known::Unknown,
+            },
         }
+    }
+
+    /// Remembers how the session's worker is reached.
+    pub fn learn(&self, session_id: &str, url: &str, secret: &str) -> Known {
+        if let Some(w) = self.workers.borrow().get(session_id)
+            && w.url == url
+            && w.secret == secret
+        {
+            return Known::Worker(w.clone());
+        }
+        let Ok(addr) = WorkerAddr::parse(url) else {
+            return Known::Unreachable;
+        };
         let worker = Rc::new(Worker {
-            url: placement.advertise_url.clone(),
-            secret: placement.secret.clone(),
-            addr: WorkerAddr::parse(&placement.advertise_url).ok()?,
-            signer: Signer::new(placement.secret.as_bytes()),
-            inflight: self.counters.of(&placement.session_id),
+            url: url.to_owned(),
+            secret: secret.to_owned(),
+            addr,
+            signer: Signer::new(secret.as_bytes()),
+            inflight: self.counters.of(session_id),
         });
         let mut workers = self.workers.borrow_mut();
         if workers.len() > 10_000 {
             workers.clear();
         }
-        workers.insert(placement.session_id.clone(), worker.clone());
-        Some(worker)
+        workers.insert(session_id.to_owned(), worker.clone());
+        Known::Worker(worker)
     }
 
     /// Sessions this core could not reach lately, as the JSON list `resolve.lua` takes.
@@ -132,6 +148,15 @@ impl Upstreams {
             .borrow_mut()
             .insert(session.to_owned(), Instant::now());
     }
+}
+
+/// What this core knows of a placement's worker.
+pub enum Known {
+    Worker(Rc<Worker>),
+    /// A session this core has not met: its copy says how to reach it.
+    Unknown,
+    /// An advertise URL that does not parse (the field rules make this unreachable).
+    Unreachable,
 }
 
 /// Counts a forward in flight to one worker; refused past the cap.
