@@ -36,6 +36,30 @@ fn register(node: &Node, worker: &TestWorker) -> String {
     r.json()["sessionId"].as_str().unwrap().to_string()
 }
 
+/// A node on `cluster` (16 buckets, a lease of `lease_ms`, and `env`) with one registered
+/// worker, every bucket past its cold start. The worker never heartbeats: the lease must
+/// outlive what the test asks of it.
+fn warm_node(
+    cluster: &RedisCluster,
+    lease_ms: &str,
+    env: &[(&str, &str)],
+    secret: &str,
+) -> (Node, TestWorker) {
+    let keys = support::keys(16);
+    let mut all = vec![
+        ("PINBOARD_SHARDS", "16"),
+        ("PINBOARD_LEASE_TTL_MS", lease_ms),
+    ];
+    all.extend_from_slice(env);
+    let node = Node::start(&cluster.url(), &all);
+    let worker = TestWorker::start(secret);
+    register(&node, &worker);
+    for b in 0..16 {
+        cluster_cli(cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
+    }
+    (node, worker)
+}
+
 #[test]
 fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     let keys = support::keys(16);
@@ -114,20 +138,8 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
 fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     let keys = support::keys(16);
     let cluster = RedisCluster::start();
-    // The worker never heartbeats here: its lease must outlive the test.
-    let node = Node::start(
-        &cluster.url(),
-        &[
-            ("PINBOARD_SHARDS", "16"),
-            ("PINBOARD_LEASE_TTL_MS", "300000"),
-        ],
-    );
+    let (node, _worker) = warm_node(&cluster, "300000", &[], "migrating");
     let cli = |args: &[&str]| cluster_cli(&cluster, args);
-    let worker = TestWorker::start("migrating");
-    register(&node, &worker);
-    for b in 0..16 {
-        cli(&["SET", &keys.bucket(b).boot_time, "0"]);
-    }
     // 200 placed ids; the bucket of the first one moves.
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {
@@ -239,20 +251,8 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
     let keys = support::keys(16);
 
     let cluster = RedisCluster::start();
-    // The worker never heartbeats here: its lease must outlive the test.
-    let node = Node::start(
-        &cluster.url(),
-        &[
-            ("PINBOARD_SHARDS", "16"),
-            ("PINBOARD_LEASE_TTL_MS", "300000"),
-        ],
-    );
+    let (node, _worker) = warm_node(&cluster, "300000", &[], "resharding");
     let cli = |args: &[&str]| cluster_cli(&cluster, args);
-    let worker = TestWorker::start("resharding");
-    register(&node, &worker);
-    for b in 0..16 {
-        cli(&["SET", &keys.bucket(b).boot_time, "0"]);
-    }
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {
         let b = pinboard::store::bucket_of(id, 16);
@@ -391,19 +391,12 @@ fn a_killed_master_fails_only_its_slots() {
     let keys = support::keys(16);
 
     let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
-    let node = Node::start(
-        &cluster.url(),
-        &[
-            ("PINBOARD_SHARDS", "16"),
-            ("PINBOARD_LEASE_TTL_MS", "300000"),
-            ("PINBOARD_REDIS_TIMEOUT_MS", "500"),
-        ],
+    let (node, _worker) = warm_node(
+        &cluster,
+        "300000",
+        &[("PINBOARD_REDIS_TIMEOUT_MS", "500")],
+        "killed-master",
     );
-    let worker = TestWorker::start("killed-master");
-    register(&node, &worker);
-    for b in 0..16 {
-        cluster_cli(&cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
-    }
     // Four ids in each bucket.
     let mut per_bucket = [0; 16];
     let ids: Vec<String> = (0..)
@@ -531,19 +524,12 @@ fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
 
     let keys = support::keys(16);
     let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
-    let node = Node::start(
-        &cluster.url(),
-        &[
-            ("PINBOARD_SHARDS", "16"),
-            ("PINBOARD_LEASE_TTL_MS", "9000"),
-            ("PINBOARD_REDIS_TIMEOUT_MS", "500"),
-        ],
+    let (node, _worker) = warm_node(
+        &cluster,
+        "9000",
+        &[("PINBOARD_REDIS_TIMEOUT_MS", "500")],
+        "registry-master",
     );
-    let worker = TestWorker::start("registry-master");
-    register(&node, &worker);
-    for b in 0..16 {
-        cluster_cli(&cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
-    }
     let registry = cluster.owner_of(cluster.slot_of(keys.sessions()));
     let owner = |id: &str| {
         cluster.owner_of(cluster.slot_of(&keys.bucket(pinboard::store::bucket_of(id, 16)).workers))
