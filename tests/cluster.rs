@@ -182,7 +182,7 @@ fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     check_all("marked");
     let half = [
         fixed.workers.clone(),
-        keys.nsw(bucket, "", "/threads"),
+        keys.nsw(bucket, "", "/threads").to_string(),
         fixed.boot_time.clone(),
         fixed.epoch.clone(),
         fixed.alive.clone(),

@@ -7,10 +7,10 @@ pub fn keys() -> [String; 7] {
     let keys = pinboard::store::Keys::new("pinboard:", 16);
     let fixed = keys.bucket(7);
     [
-        keys.placements(7, "default", "/threads"),
+        keys.placements(7, "default", "/threads").to_string(),
         fixed.workers.clone(),
-        keys.overwritten(7, "default", "/threads"),
-        keys.nsw(7, "", "/threads"),
+        keys.overwritten(7, "default", "/threads").to_string(),
+        keys.nsw(7, "", "/threads").to_string(),
         fixed.boot_time.clone(),
         fixed.epoch.clone(),
         fixed.alive.clone(),

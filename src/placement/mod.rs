@@ -14,15 +14,15 @@ use std::time::Duration;
 use crate::answers;
 use crate::error::{Error, Origin};
 use crate::http::Response;
-use crate::redis::Reply;
+use crate::redis::{Reply, Text};
 use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RELEASE, RESOLVE};
 use crate::store::{Store, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
-    pub session_id: String,
-    pub epoch: String,
+    pub session_id: Text,
+    pub epoch: Text,
     /// The worker's advertise URL and secret, named by a new placement only: an existing row's
     /// owner is one the caller usually knows already ([`Store::worker_of`] otherwise).
     pub worker: Option<WorkerAddress>,
@@ -44,6 +44,10 @@ pub struct WorkerAddress {
 
 /// What a resolve decided.
 #[derive(Debug, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a boxed forward would be an allocation per request; the other variants are refusals"
+)]
 pub enum Outcome {
     Forward(Placement),
     UnknownNs,
@@ -249,8 +253,8 @@ fn parse(reply: &Reply) -> Option<Outcome> {
     let millis = |i: usize| Some(Duration::from_millis(text(i)?.parse().ok()?));
     Some(match text(0)? {
         "forward" => Outcome::Forward(Placement {
-            session_id: text(1)?.to_owned(),
-            epoch: text(2)?.to_owned(),
+            session_id: items.get(1)?.text()?,
+            epoch: items.get(2)?.text()?,
             placed: text(3)? == "1",
             overwritten: text(4)? == "1",
             inherited_wind_down: text(5)?.parse().ok(),

@@ -19,6 +19,7 @@ use crate::http::{Request, Response};
 use crate::names::valid_id;
 use crate::node::Core;
 use crate::placement::{self, Outcome};
+use crate::redis::Text;
 use crate::store::{SINGLE_ENV, bucket_of};
 use crate::upstream::{Inflight, Known};
 
@@ -72,7 +73,7 @@ pub async fn handle(
     // Only a request without a body can be sent again after an in-band refusal.
     let replayable = !req.has_body();
     let timeout = Duration::from_millis(config.forwards.timeout_ms);
-    let mut exclude: Option<String> = None;
+    let mut exclude: Option<Text> = None;
 
     // Hostname-aware: the Host header names the hostname, whose binding names the env.
     let hostname = if config.hostname_aware {
@@ -102,8 +103,7 @@ pub async fn handle(
         .caller_session
         .as_ref()
         .map(|s| s.session_id.as_str());
-    let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req)
-        .map(|k| k.into_owned());
+    let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req);
 
     // Once, once more after an in-band refusal (excluding the refusing worker), and up to
     // twice more when a resolution went stale before its forward was sent.

@@ -101,6 +101,13 @@ impl Reply {
         std::str::from_utf8(self.as_bytes()?).ok()
     }
 
+    /// The string, copied out of the reply onto the stack when short.
+    pub fn text(&self) -> Option<Text> {
+        Some(Text(smallvec::SmallVec::from_slice(
+            self.as_str()?.as_bytes(),
+        )))
+    }
+
     pub fn as_array(&self) -> Option<&[Reply]> {
         match self {
             Reply::Array(items) => Some(items),
@@ -121,6 +128,27 @@ impl Reply {
                 [field, value] => Some((field.as_str()?, value.as_bytes()?)),
                 _ => None,
             })
+    }
+}
+
+/// A short string out of a reply, UTF-8 checked once and kept inline: what the data plane keeps
+/// of a resolve (the owner's session, the epoch) costs no allocation, and holds no reference to
+/// the connection's read buffer, which can then be reused in place for the next replies.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Text(smallvec::SmallVec<[u8; 64]>);
+
+impl std::ops::Deref for Text {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // SAFETY: checked by `Reply::text`, the only constructor.
+        unsafe { std::str::from_utf8_unchecked(&self.0) }
+    }
+}
+
+impl std::fmt::Debug for Text {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
     }
 }
 

@@ -14,7 +14,7 @@ use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::{RELEASE, TAG};
-use crate::store::{Session, bucket_of};
+use crate::store::{KeyName, Session, bucket_of};
 
 const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
 const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
@@ -36,7 +36,7 @@ pub async fn release(core: &Core, req: &mut Request<'_>, credential: &Credential
     // Every row is checked before any is released: a refused request changes nothing.
     let mut sessions: BTreeMap<&str, Session> = BTreeMap::new();
     // Per bucket: the placements hashes its rows live in, and (key index, id, session, epoch).
-    type Batch<'r> = (Vec<String>, Vec<(String, &'r ReleaseRow)>);
+    type Batch<'r> = (Vec<KeyName>, Vec<(String, &'r ReleaseRow)>);
     let mut by_bucket: BTreeMap<u32, Batch> = BTreeMap::new();
     for row in &rows {
         if !sessions.contains_key(row.session_id.as_str()) {

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Origin};
 use crate::redis::{Redis, Reply, Script};
 
-pub use keys::{BucketKeys, Keys, bucket_of};
+pub use keys::{BucketKeys, KeyName, Keys, bucket_of};
 pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
@@ -400,11 +400,11 @@ impl Store {
             names.extend(others.iter().flat_map(BucketCopy::list_names));
             names.sort();
             names.dedup();
-            let lists: Vec<String> = names
+            let lists: Vec<KeyName> = names
                 .iter()
                 .map(|name| keys.nsw_named(call.bucket, name))
                 .collect();
-            let placement_keys: Vec<String> = placements
+            let placement_keys: Vec<KeyName> = placements
                 .keys()
                 .map(|(env, ns)| keys.placements(call.bucket, env, ns))
                 .collect();

@@ -98,7 +98,7 @@ impl Upstreams {
     pub fn worker(&self, placement: &Placement) -> Known {
         match &placement.worker {
             Some(addr) => self.learn(&placement.session_id, &addr.advertise_url, &addr.secret),
-            None => match self.workers.borrow().get(&placement.session_id) {
+            None => match self.workers.borrow().get(&*placement.session_id) {
                 Some(w) => Known::Worker(w.clone()),
                 None => Known::Unknown,
             },

@@ -52,21 +52,7 @@ impl Fixture {
     }
 
     pub fn register_body(&self, worker: &TestWorker, client: &str, extra: Value) -> Value {
-        let (challenge, value) = worker.challenge();
-        let mut body = json!({
-            "clientId": client,
-            "secret": worker.secret(),
-            "namespaces": ["/threads", "/docs"],
-            "advertiseUrl": worker.url(),
-            "headroom": 10,
-            "draining": false,
-            "challenge": challenge,
-            "challengeValue": value,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
-        body
+        register_body(worker, client, extra)
     }
 
     pub fn register(&self, worker: &TestWorker, client: &str, extra: Value) -> Reply {
@@ -148,4 +134,24 @@ impl Fixture {
             self.cli(&["SET", &self.keys.bucket(bucket).boot_time, "0"]);
         }
     }
+}
+
+/// A registration of `worker` as `client` on `/threads` and `/docs`, with `extra` members
+/// overriding the defaults.
+pub fn register_body(worker: &TestWorker, client: &str, extra: Value) -> Value {
+    let (challenge, value) = worker.challenge();
+    let mut body = json!({
+        "clientId": client,
+        "secret": worker.secret(),
+        "namespaces": ["/threads", "/docs"],
+        "advertiseUrl": worker.url(),
+        "headroom": 10,
+        "draining": false,
+        "challenge": challenge,
+        "challengeValue": value,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
 }
