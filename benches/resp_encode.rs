@@ -1,4 +1,4 @@
-//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 7, ARGV 12, as
+//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 7, ARGV 3, as
 //! `placement::resolve` builds it), with the client's hand-written encoder into a reused buffer,
 //! against redis-protocol's encoder fed a `BytesFrame` array built per command (what the
 //! owned-frame API needs), and fed a `BorrowedFrame` array built on the stack.
@@ -24,8 +24,8 @@ fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     )
 }
 
-fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 22] {
-    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("22 arguments")))
+fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 13] {
+    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("13 arguments")))
 }
 
 fn encode(c: &mut Criterion) {

@@ -8,33 +8,43 @@
 -- KEYS[7]  the bucket's liveness entries (sessionId → '{expiry} {hostname}': hostnames hold no space)
 --
 -- ARGV[1]  id             ARGV[2] hostname of the request ('' in single mode)
--- ARGV[3]  lease TTL (ms)
--- ARGV[4]  excluded sessionId ('' for none): a worker that just refused this activation
--- ARGV[5]  preferred sessionId ('' for none): a caller-attested request's own session
--- ARGV[6]  affinity key ('' for none)
--- ARGV[7]  balance factor
--- ARGV[8]  JSON [sessionId, ...] this node has ejected as outliers
--- ARGV[9] ARGV[10]  two random unsigned integers for the power-of-two choice
--- ARGV[11] takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only)
--- ARGV[12] remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
+-- ARGV[3]  what only the slower paths read, newline-separated (no field can hold a newline:
+--          they are HTTP header values, query values, session ids and numbers), so that a
+--          steady request hands Redis three arguments rather than twelve:
+--            lease TTL (ms), balance factor,
+--            excluded sessionId ('' for none): a worker that just refused this activation,
+--            preferred sessionId ('' for none): a caller-attested request's own session,
+--            affinity key ('' for none),
+--            JSON [sessionId, ...] this node has ejected as outliers,
+--            two random unsigned integers for the power-of-two choice,
+--            takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only),
+--            remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
 --
--- Returns a flat array so the hot path parses no JSON:
---   {'forward', sessionId, epoch, placed ('1' new | '0' existing),
---    overwritten ('1' when the id is listed on the overwritten hash),
---    wind-down expiry ms carried over to a new owner ('' for none)
---    [, advertiseUrl, secret]}: a new placement names its worker; an existing row does not
---   (a session's URL and secret never change: the caller keeps them per session, and reads
---   the owner's copy when it meets a session it does not know)
+-- Returns, so that the hot path parses no JSON:
+--   an existing row's live owner: one string 'sessionId epoch overwritten' (overwritten '1'
+--   when the id is listed on the overwritten hash, else '0'): the caller keeps a session's
+--   URL and secret (they never change) and reads the owner's copy when it meets a session it
+--   does not know;
+--   a new placement: {'placed', sessionId, epoch, overwritten, wind-down expiry ms carried over
+--   to the new owner ('' for none), advertiseUrl, secret};
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
 --   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
 local placements, workers, overwritten, list, boot_key, epoch_key, alive =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
-local lease = tonumber(ARGV[3])
-local excluded, preferred, affinity = ARGV[4], ARGV[5], ARGV[6]
-local balance = tonumber(ARGV[7])
 local now = now_ms()
+-- ARGV[3]'s fields, split when a path first needs them.
+local slow
+local function arg(i)
+  if not slow then
+    slow = {}
+    for field in string.gmatch(ARGV[3] .. '\n', '([^\n]*)\n') do
+      slow[#slow + 1] = field
+    end
+  end
+  return slow[i]
+end
 
 -- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
 -- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.
@@ -62,30 +72,33 @@ if raw then
     local fenced = old.expiry and old.expiry <= now
     if owner_expiry > now and not fenced then
       if hostname ~= '' and owner_hostname ~= hostname then
-        if ARGV[11] == 'deny' then
+        if arg(9) == 'deny' then
           return {'takeover-denied'}
         end
         if not old.expiry then
-          old.expiry = now + lease
+          old.expiry = now + tonumber(arg(1))
           redis.call('HSET', placements, id, cjson.encode(old))
         end
         return {'takeover-pending', tostring(old.expiry - now)}
       end
-      return {'forward', old.sessionId, old.epoch or '', '0',
-        tostring(redis.call('HEXISTS', overwritten, id)), ''}
+      return old.sessionId .. ' ' .. (old.epoch or '') .. ' '
+        .. redis.call('HEXISTS', overwritten, id)
     end
   end
 end
 
 -- A displaced (hostname, ns) takes no new placements for a lease; ids with a row bypass it.
-if not raw and tonumber(ARGV[12]) > 0 then
-  return {'binding-quarantine', ARGV[12]}
+if not raw and tonumber(arg(10)) > 0 then
+  return {'binding-quarantine', arg(10)}
 end
 
 -- 2. The namespace must have (had) workers here.
 if redis.call('EXISTS', list) == 0 then
   return {'unknown-ns'}
 end
+
+local lease, balance = tonumber(arg(1)), tonumber(arg(2))
+local excluded, preferred, affinity = arg(3), arg(4), arg(5)
 
 -- 3. Cold start: a bucket first seen now waits one lease for workers to re-register, so a
 -- restarted registry does not re-place ids their old owners still hold.
@@ -98,7 +111,7 @@ end
 -- 4. Candidates: live, not draining, not degraded, not excluded, with enough lease left.
 local margin = math.min(5000, lease / 3)
 local ejected = {}
-for _, s in ipairs(cjson.decode(ARGV[8])) do
+for _, s in ipairs(cjson.decode(arg(6))) do
   ejected[s] = true
 end
 local healthy, outliers = {}, {}
@@ -155,8 +168,8 @@ end
 
 -- 6. Otherwise power of two: two random candidates, the higher headroom wins.
 if not chosen then
-  local a = candidates[(tonumber(ARGV[9]) % #candidates) + 1]
-  local b = candidates[(tonumber(ARGV[10]) % #candidates) + 1]
+  local a = candidates[(tonumber(arg(7)) % #candidates) + 1]
+  local b = candidates[(tonumber(arg(8)) % #candidates) + 1]
   chosen = (b.headroom > a.headroom) and b or a
 end
 
@@ -184,5 +197,5 @@ if old and old.expiry and old.expiry > now then
   fence = string.format('%d', old.expiry)
 end
 redis.call('HSET', placements, id, cjson.encode(row))
-return {'forward', chosen.sid, row.epoch, '1', displaced and '1' or '0', fence,
+return {'placed', chosen.sid, row.epoch, displaced and '1' or '0', fence,
   chosen.advertiseUrl, chosen.secret}

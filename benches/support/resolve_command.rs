@@ -1,5 +1,5 @@
 //! The resolve EVALSHA's keys and arguments as `placement::resolve` sends them for a steady
-//! request (`KEYS` 7, `ARGV` 12): one fixture for the encoding bench (`benches/resp_encode.rs`)
+//! request (`KEYS` 7, `ARGV` 3): one fixture for the encoding bench (`benches/resp_encode.rs`)
 //! and the allocation test (`tests/alloc.rs`), which are separate crates.
 
 /// The keys, named by the store as the node names them (bucket 7 of 16, `/threads`).
@@ -17,17 +17,8 @@ pub fn keys() -> [String; 7] {
     ]
 }
 
-pub const ARGS: [&[u8]; 12] = [
+pub const ARGS: [&[u8]; 3] = [
     b"abc123",
     b"",
-    b"15000",
-    b"",
-    b"",
-    b"",
-    b"2",
-    b"[]",
-    b"2715383210",
-    b"1039870455",
-    b"",
-    b"0",
+    b"15000\n2\n\n\n\n[]\n2715383210\n1039870455\n\n0",
 ];

@@ -93,6 +93,7 @@ impl Fleet {
     fn placements_key(ns: &str, id: &str) -> String {
         let keys = pinboard::store::Keys::new("pinboard:", 16);
         keys.placements(pinboard::store::bucket_of(id, 16), "default", ns)
+            .to_string()
     }
 
     /// Writes a placement row as a claim would.

@@ -14,6 +14,8 @@ use std::time::Duration;
 use crate::answers;
 use crate::error::{Error, Origin};
 use crate::http::Response;
+use smallvec::SmallVec;
+
 use crate::redis::{Reply, Text};
 use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RELEASE, RESOLVE};
 use crate::store::{Store, bucket_of};
@@ -192,15 +194,34 @@ pub async fn resolve(
     req: &Request<'_>,
 ) -> Result<Outcome, Error> {
     let bucket = bucket_of(req.id, store.keys.shards());
-    // Integers formatted on the stack: a resolve allocates nothing to build its arguments.
+    // What only the slower paths of the script read, in one newline-separated argument (see
+    // lua/resolve.lua): a steady request sends Redis 3 arguments, not 12. Built on the stack.
+    let mut slow: SmallVec<[u8; 256]> = SmallVec::new();
     let (mut r1, mut r2, mut quarantine) = (
         itoa::Buffer::new(),
         itoa::Buffer::new(),
         itoa::Buffer::new(),
     );
-    let r1 = r1.format(rand::random::<u32>());
-    let r2 = r2.format(rand::random::<u32>());
-    let quarantine = quarantine.format(req.binding_quarantine);
+    for (i, field) in [
+        constants.lease.as_str(),
+        constants.balance.as_str(),
+        req.exclude.unwrap_or(""),
+        req.prefer.unwrap_or(""),
+        req.affinity.unwrap_or(""),
+        ejected,
+        r1.format(rand::random::<u32>()),
+        r2.format(rand::random::<u32>()),
+        req.takeover,
+        quarantine.format(req.binding_quarantine),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            slow.push(b'\n');
+        }
+        slow.extend_from_slice(field.as_bytes());
+    }
     // Every key the script touches, declared: on a resharding Redis Cluster a script whose
     // keys are split between two nodes is refused (ASK, then TRYAGAIN) instead of running
     // against half of them, which could place a placed id again.
@@ -222,20 +243,7 @@ pub async fn resolve(
                 fixed.epoch.as_bytes(),
                 fixed.alive.as_bytes(),
             ],
-            &[
-                req.id.as_bytes(),
-                req.hostname.as_bytes(),
-                constants.lease.as_bytes(),
-                req.exclude.unwrap_or("").as_bytes(),
-                req.prefer.unwrap_or("").as_bytes(),
-                req.affinity.unwrap_or("").as_bytes(),
-                constants.balance.as_bytes(),
-                ejected.as_bytes(),
-                r1.as_bytes(),
-                r2.as_bytes(),
-                req.takeover.as_bytes(),
-                quarantine.as_bytes(),
-            ],
+            &[req.id.as_bytes(), req.hostname.as_bytes(), &slow],
         )
         .await?;
     let mut outcome = parse(&reply)
@@ -248,23 +256,34 @@ pub async fn resolve(
 }
 
 fn parse(reply: &Reply) -> Option<Outcome> {
+    // An existing row's live owner: one string, 'sessionId epoch overwritten', split from the
+    // right (the epoch is digits or empty, the flag one digit).
+    if let Some(steady) = reply.as_str() {
+        let mut fields = steady.rsplitn(3, ' ');
+        let (overwritten, epoch, session_id) = (fields.next()?, fields.next()?, fields.next()?);
+        return Some(Outcome::Forward(Placement {
+            session_id: Text::from(session_id),
+            epoch: Text::from(epoch),
+            worker: None,
+            placed: false,
+            overwritten: overwritten == "1",
+            inherited_wind_down: None,
+        }));
+    }
     let items = reply.as_array()?;
     let text = |i: usize| items.get(i).and_then(Reply::as_str);
     let millis = |i: usize| Some(Duration::from_millis(text(i)?.parse().ok()?));
     Some(match text(0)? {
-        "forward" => Outcome::Forward(Placement {
+        "placed" => Outcome::Forward(Placement {
             session_id: items.get(1)?.text()?,
             epoch: items.get(2)?.text()?,
-            placed: text(3)? == "1",
-            overwritten: text(4)? == "1",
-            inherited_wind_down: text(5)?.parse().ok(),
-            worker: match (text(6), text(7)) {
-                (Some(url), Some(secret)) => Some(WorkerAddress {
-                    advertise_url: url.to_owned(),
-                    secret: secret.to_owned(),
-                }),
-                _ => None,
-            },
+            placed: true,
+            overwritten: text(3)? == "1",
+            inherited_wind_down: text(4)?.parse().ok(),
+            worker: Some(WorkerAddress {
+                advertise_url: text(5)?.to_owned(),
+                secret: text(6)?.to_owned(),
+            }),
         }),
         "unknown-ns" => Outcome::UnknownNs,
         "no-backends" => Outcome::NoBackends,
@@ -332,5 +351,60 @@ mod tests {
             &Outcome::UnknownNs.refusal().body[..],
             br#"{"error":"unknown namespace"}"#
         );
+    }
+
+    fn bulk(text: &str) -> Reply {
+        Reply::Bulk(bytes::Bytes::copy_from_slice(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_steady_answer_is_one_string_split_from_the_right() {
+        let Some(Outcome::Forward(p)) = parse(&bulk("9b2f4c1e 1764400000123 1")) else {
+            panic!("not a forward");
+        };
+        assert_eq!((&*p.session_id, &*p.epoch), ("9b2f4c1e", "1764400000123"));
+        assert!(p.overwritten && !p.placed && p.worker.is_none());
+        assert!(p.inherited_wind_down.is_none());
+        // An epoch-less row (contract: release quotes '' for it).
+        let Some(Outcome::Forward(p)) = parse(&bulk("s1  0")) else {
+            panic!("not a forward");
+        };
+        assert_eq!(
+            (&*p.session_id, &*p.epoch, p.overwritten),
+            ("s1", "", false)
+        );
+        for bad in ["", "s1", "s1 1"] {
+            assert_eq!(parse(&bulk(bad)), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_placement_names_its_worker() {
+        let reply = Reply::Array(
+            [
+                "placed",
+                "s2",
+                "17",
+                "0",
+                "1764400009000",
+                "http://10.0.0.2:8080",
+                "k",
+            ]
+            .map(bulk)
+            .to_vec(),
+        );
+        let Some(Outcome::Forward(p)) = parse(&reply) else {
+            panic!("not a forward");
+        };
+        assert!(p.placed && !p.overwritten);
+        assert_eq!(p.inherited_wind_down, Some(1_764_400_009_000));
+        let worker = p.worker.unwrap();
+        assert_eq!(
+            (&*worker.advertise_url, &*worker.secret),
+            ("http://10.0.0.2:8080", "k")
+        );
+        // A placement without its worker is malformed, not a forward to nowhere.
+        let short = Reply::Array(["placed", "s2", "17", "0", ""].map(bulk).to_vec());
+        assert_eq!(parse(&short), None);
     }
 }

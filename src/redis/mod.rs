@@ -103,9 +103,7 @@ impl Reply {
 
     /// The string, copied out of the reply onto the stack when short.
     pub fn text(&self) -> Option<Text> {
-        Some(Text(smallvec::SmallVec::from_slice(
-            self.as_str()?.as_bytes(),
-        )))
+        self.as_str().map(Text::from)
     }
 
     pub fn as_array(&self) -> Option<&[Reply]> {
@@ -131,17 +129,23 @@ impl Reply {
     }
 }
 
-/// A short string out of a reply, UTF-8 checked once and kept inline: what the data plane keeps
+/// A short string out of a reply, UTF-8 checked and kept inline: what the data plane keeps
 /// of a resolve (the owner's session, the epoch) costs no allocation, and holds no reference to
 /// the connection's read buffer, which can then be reused in place for the next replies.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Text(smallvec::SmallVec<[u8; 64]>);
 
+impl From<&str> for Text {
+    fn from(text: &str) -> Text {
+        Text(smallvec::SmallVec::from_slice(text.as_bytes()))
+    }
+}
+
 impl std::ops::Deref for Text {
     type Target = str;
 
     fn deref(&self) -> &str {
-        // SAFETY: checked by `Reply::text`, the only constructor.
+        // SAFETY: built only from a `&str`.
         unsafe { std::str::from_utf8_unchecked(&self.0) }
     }
 }
