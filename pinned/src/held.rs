@@ -5,13 +5,16 @@
 //! A worker can hold a million instances. One map under one lock would, each time it doubled,
 //! rehash every key while every serving thread waited on that lock. Split, a shard grows
 //! alone: it rehashes 1/64 of the keys while only that shard's lock is held, and two threads
-//! rarely want the same shard.
+//! rarely want the same shard. A capacity hint ([`Config::expected_instances`]) sizes the
+//! shards up front, so they do not grow at all until that many are held.
 //!
 //! What may be activated (the lease, stopping, superseded) is the shared state's, read through
 //! the `gate` that [`HeldMap::admit`] calls *while it holds the key's shard*: see `state.rs`
 //! for why that ordering keeps a stop or a supersession from missing a concurrent activation.
 //! No method holds two shards at once; a whole-map read ([`HeldMap::held`]) visits the shards
 //! one after another.
+//!
+//! [`Config::expected_instances`]: crate::Config::expected_instances
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};

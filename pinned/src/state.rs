@@ -84,7 +84,7 @@ impl Shared {
         driver: DriverKind,
     ) -> Shared {
         let headroom = config.headroom;
-        let held = HeldMap::new(0);
+        let held = HeldMap::new(config.expected_instances);
         Shared {
             config,
             registry,
