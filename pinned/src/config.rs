@@ -44,6 +44,13 @@ pub struct Config {
     pub call_timeout: Duration,
     /// On shutdown, how long in-flight requests may take once the listener closed.
     pub shutdown_grace: Duration,
+    /// How many instances the worker expects to hold at once, to size its map of held
+    /// instances up front. Default 0: the map grows as instances are activated. It is split
+    /// into 64 shards, each growing on its own, so a growth only ever holds up the requests
+    /// to one shard's instances. Sized for the peak, it does not grow at all until then; the
+    /// cost is 95–190 bytes per expected instance allocated at start (tables round up to a
+    /// power of two).
+    pub expected_instances: usize,
 }
 
 impl Config {
@@ -67,6 +74,7 @@ impl Config {
             driver: DriverKind::Auto,
             call_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            expected_instances: 0,
         }
     }
 

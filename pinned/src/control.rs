@@ -127,6 +127,11 @@ impl Control {
 
     fn register_body(&self, previous: Option<&str>) -> RegisterRequest {
         let config = &self.shared.config;
+        // Read before the state lock, never under it (`state.rs`'s lock order). While
+        // registering again the lease is unset, so no activation can land meanwhile.
+        let instances = previous
+            .map(|_| self.shared.held.instances())
+            .filter(|instances| !instances.is_empty());
         let mut state = self.shared.state();
         let (challenge, value) = state.next_challenge();
         RegisterRequest {
@@ -143,9 +148,7 @@ impl Control {
             envs: (!config.envs.is_empty()).then(|| config.envs.clone()),
             takeover: config.takeover,
             epoch: config.epoch,
-            instances: previous
-                .map(|_| state.instances())
-                .filter(|instances| !instances.is_empty()),
+            instances,
             prev_session_id: previous.map(str::to_owned),
         }
     }
@@ -163,16 +166,19 @@ impl Control {
         let lease = lease_of(answer.lease.expires_in_ms).ok_or_else(bad)?;
         let session = answer.session_id.as_str();
         let mut evicted = Vec::new();
+        // Forgotten before the lease is recorded: until then no new activation is taken, so
+        // none of these can be activated again here only to be reported evicted.
+        let now = Instant::now();
+        for duplicate in &answer.duplicates {
+            let held = &self.shared.held;
+            if held.forget(&duplicate.ns, &duplicate.id, now).is_some() {
+                evicted.push((duplicate.ns.clone(), duplicate.id.clone()));
+            }
+        }
         {
             let mut state = self.shared.state();
             state.session = Some(session.to_owned());
             state.lease_until = Some(sent + lease);
-            let now = Instant::now();
-            for duplicate in &answer.duplicates {
-                if state.forget(&duplicate.ns, &duplicate.id, now).is_some() {
-                    evicted.push((duplicate.ns.clone(), duplicate.id.clone()));
-                }
-            }
         }
         info!(
             session,
@@ -253,11 +259,10 @@ impl Control {
                         let mut state = self.shared.state();
                         state.superseded = true;
                         state.lease_until = None;
-                        let now = Instant::now();
-                        for (ns, id, _) in state.held() {
-                            state.forget(&ns, &id, now);
-                        }
                     }
+                    // The gate closed first: an activation racing with this is either
+                    // forgotten here or refused.
+                    self.shared.held.forget_all(Instant::now());
                     self.emit(Event::Superseded { error });
                     return Ended::Superseded;
                 }
@@ -330,19 +335,18 @@ impl Control {
     /// The graceful part of a stop: no new activations, every held instance released, the
     /// session deregistered — each call given up after three tries.
     async fn leave(&mut self) {
-        let (session, held) = {
+        let session = {
             let mut state = self.shared.state();
             state.stopping = true;
             state.draining = true;
-            let now = Instant::now();
-            let held = state.held();
-            for (ns, id, _) in &held {
-                state.forget(ns, id, now);
-            }
-            match (&state.session, state.superseded) {
-                (Some(session), false) => (session.clone(), held),
-                _ => return,
-            }
+            // Only this thread changes either, so they still hold once the map is swept.
+            (!state.superseded).then(|| state.session.clone()).flatten()
+        };
+        // The gate closed first: an activation racing with this is either forgotten here, and
+        // released below, or refused.
+        let held = self.shared.held.forget_all(Instant::now());
+        let Some(session) = session else {
+            return;
         };
         let registry = &self.shared.registry;
         let mut released = 0;

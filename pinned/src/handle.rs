@@ -82,7 +82,7 @@ impl Handle {
     /// Held instances, sorted by namespace and id.
     pub fn held(&self) -> Vec<Held> {
         self.shared
-            .state()
+            .held
             .held()
             .into_iter()
             .map(|(ns, id, epoch)| Held { ns, id, epoch })
@@ -109,13 +109,12 @@ impl Handle {
     /// free its placement, quoting the epoch it was held at (given up after three tries).
     /// Whether the registry freed a row.
     pub async fn release(&self, ns: &str, id: &str) -> Result<bool, CallError> {
-        let (session, epoch) = {
-            let mut state = self.shared.state();
-            let epoch = state
-                .forget(ns, id, Instant::now())
-                .ok_or_else(|| not_held(ns, id))?;
-            (state.session.clone().ok_or(CallError::NoSession)?, epoch)
-        };
+        let epoch = self
+            .shared
+            .held
+            .forget(ns, id, Instant::now())
+            .ok_or_else(|| not_held(ns, id))?;
+        let session = self.session_id().ok_or(CallError::NoSession)?;
         let body = [ReleaseRow {
             session_id: session,
             namespace: ns.to_owned(),
@@ -130,14 +129,12 @@ impl Handle {
     /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
     /// wrote it: false when the placement moved on meanwhile.
     pub async fn tag(&self, ns: &str, id: &str, tag: &str) -> Result<bool, CallError> {
-        let (session, epoch) = {
-            let state = self.shared.state();
-            let epoch = state
-                .epoch_of(ns, id)
-                .cloned()
-                .ok_or_else(|| not_held(ns, id))?;
-            (state.session.clone().ok_or(CallError::NoSession)?, epoch)
-        };
+        let epoch = self
+            .shared
+            .held
+            .epoch_of(ns, id)
+            .ok_or_else(|| not_held(ns, id))?;
+        let session = self.session_id().ok_or(CallError::NoSession)?;
         let body = TagRequest {
             row: ReleaseRow {
                 session_id: session,

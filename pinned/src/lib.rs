@@ -22,6 +22,7 @@
 //! start serving threads through `runtime`):
 //! - `config`, `attest`, `epoch`, `registry`: pure parts and the registry client, importing no
 //!   other module of the crate;
+//! - `held`: the sharded map of held instances and their epochs;
 //! - `state`: what the threads share (identity, stop `Signal`s, protocol state, `Message`s);
 //! - `handle`: the application's [`Handle`] on that state;
 //! - `app`: the [`App`] trait and what it is given ([`Instance`], [`Event`]);
@@ -54,6 +55,7 @@ mod config;
 mod control;
 mod epoch;
 mod handle;
+mod held;
 mod registry;
 mod runtime;
 mod state;

@@ -1,12 +1,28 @@
 //! What the worker's threads share: its identity (secret, advertise URL, registry client), the
-//! [`Signal`]s that stop them, and behind one mutex the state the protocol moves — session,
-//! lease, challenges, the instances it holds and at which epoch, and the control
-//! [`Message`]s received.
+//! [`Signal`]s that stop them, behind one mutex the state the protocol moves — session, lease,
+//! challenges, flags, the control [`Message`]s received — and beside it the instances it holds
+//! and at which epoch, in a [`HeldMap`] of 64 shards with a lock each (`held.rs`).
 //!
-//! The mutex is held only for map lookups and small copies, never across an await, so a
-//! serving thread never waits on a registry call.
+//! Lock order: a shard, then the state. An admission takes the state lock briefly while it
+//! holds its key's shard (to read the lease and flags, the [`Gate`]); no thread holding the
+//! state lock takes a shard, and none holds two shards. Either lock is held only for map
+//! operations and small copies, never across an await, and the state lock is never held while
+//! a shard grows, so a serving thread waits neither on a registry call nor on a rehash.
+//!
+//! What the single mutex over both used to guarantee, and how it still holds:
+//! - A graceful stop or a supersession first closes the gate under the state lock (`stopping`;
+//!   `superseded`, `lease_until = None`), then forgets every shard. An admission reads the
+//!   gate and records the instance under one hold of its shard, so it either came before that
+//!   shard was swept (and is forgotten with it: released at shutdown) or after the gate
+//!   closed (and is refused).
+//! - A registration forgets the instances it failed to reclaim before it records the new
+//!   lease. Until then no new activation is taken (the lease is unset while registering), so
+//!   none can be activated and then reported evicted.
+//! - What reads both (stats, the instances reclaimed at registration, release and tag: the
+//!   epoch, then the session) reads one and then the other. Each answer was already a snapshot
+//!   overtaken once the lock was released; the held map alone is now read shard by shard.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,12 +35,9 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::epoch::Epoch;
+use crate::held::{Admission, Gate, HeldMap};
 use crate::registry::Registry;
 
-/// How long a released or evicted instance's epoch is remembered to refuse forwards still
-/// carrying it. Pinboard re-resolves a resolution older than 5 s before forwarding, so a
-/// stale forward arrives well within this.
-const GONE_FOR: Duration = Duration::from_secs(60);
 /// Control messages kept for [`Handle::messages`](crate::Handle::messages).
 const MESSAGES_KEPT: usize = 1024;
 
@@ -52,6 +65,8 @@ pub(crate) struct Shared {
     pub driver: DriverKind,
     pub started: Instant,
     state: Mutex<State>,
+    /// The instances held, and those released in the last minute; see the module's lock order.
+    pub held: HeldMap,
     /// Asks the control thread to stop; `graceful` says whether to release and deregister.
     pub stop: Signal,
     pub graceful: AtomicBool,
@@ -69,6 +84,7 @@ impl Shared {
         driver: DriverKind,
     ) -> Shared {
         let headroom = config.headroom;
+        let held = HeldMap::new(config.expected_instances);
         Shared {
             config,
             registry,
@@ -79,6 +95,7 @@ impl Shared {
             driver,
             started: Instant::now(),
             state: Mutex::new(State::new(headroom)),
+            held,
             stop: Signal::default(),
             graceful: AtomicBool::new(false),
             serving_stop: Signal::default(),
@@ -91,6 +108,14 @@ impl Shared {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Decides whether a forward to `(ns, id)` at `epoch` is served, and records the
+    /// instance as held at that epoch when it is: the held map's decision, under the gate the
+    /// state sets at this moment.
+    pub fn admit(&self, ns: &str, id: &str, epoch: &Epoch, now: Instant) -> Admission {
+        self.held
+            .admit(ns, id, epoch, now, || self.state().gate(now))
     }
 }
 
@@ -145,21 +170,6 @@ pub(crate) fn local_shutdown(shared: &Arc<Shared>, which: fn(&Shared) -> &Signal
     shutdown
 }
 
-type Key = (String, String);
-
-/// What admitting a forward to an instance decided.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// Serve it; `activated` when the worker did not hold the instance at this epoch before.
-    Serve { activated: bool },
-    /// The forward carries an older epoch than the worker holds or released: it was resolved
-    /// to a placement that no longer exists.
-    Stale,
-    /// A new activation the worker must not take: its lease is not known to be live, it is
-    /// stopping, or it was superseded.
-    Refused,
-}
-
 pub(crate) struct State {
     pub session: Option<String>,
     /// When the lease ends unless renewed, reckoned from when the renewing call was sent.
@@ -167,8 +177,6 @@ pub(crate) struct State {
     /// `(challenge, value)`: the current one and the one before, since a probe of one call
     /// may arrive while the next is already under way.
     challenges: [Option<(String, String)>; 2],
-    held: HashMap<Key, Epoch>,
-    gone: HashMap<Key, (Epoch, Instant)>,
     pub headroom: u64,
     /// This worker's own draining flag, sent on heartbeats.
     pub draining: bool,
@@ -188,8 +196,6 @@ impl State {
             session: None,
             lease_until: None,
             challenges: [None, None],
-            held: HashMap::new(),
-            gone: HashMap::new(),
             headroom,
             draining: false,
             registry_draining: false,
@@ -221,65 +227,13 @@ impl State {
         self.lease_until.is_some_and(|until| now < until)
     }
 
-    /// Decides whether a forward to `(ns, id)` at `epoch` is served, and records the
-    /// instance as held at that epoch when it is.
-    pub fn admit(&mut self, ns: &str, id: &str, epoch: &Epoch, now: Instant) -> Admission {
-        if self.superseded {
-            return Admission::Refused;
+    /// What admissions may do now: nothing once superseded, new activations only on a live
+    /// lease and while not stopping.
+    pub fn gate(&self, now: Instant) -> Gate {
+        Gate {
+            superseded: self.superseded,
+            activations: !self.stopping && self.lease_healthy(now),
         }
-        let key = (ns.to_owned(), id.to_owned());
-        match self.held.get(&key) {
-            Some(held) if epoch < held => return Admission::Stale,
-            Some(held) if epoch == held => return Admission::Serve { activated: false },
-            _ => {}
-        }
-        if let Some((gone, at)) = self.gone.get(&key)
-            && now.duration_since(*at) < GONE_FOR
-            && epoch <= gone
-        {
-            return Admission::Stale;
-        }
-        if self.stopping || !self.lease_healthy(now) {
-            return Admission::Refused;
-        }
-        self.gone.remove(&key);
-        self.held.insert(key, epoch.clone());
-        Admission::Serve { activated: true }
-    }
-
-    pub fn epoch_of(&self, ns: &str, id: &str) -> Option<&Epoch> {
-        self.held.get(&(ns.to_owned(), id.to_owned()))
-    }
-
-    /// Stops holding `(ns, id)`, remembering its epoch for a while to refuse stale forwards.
-    /// The epoch it was held at, if it was.
-    pub fn forget(&mut self, ns: &str, id: &str, now: Instant) -> Option<Epoch> {
-        self.gone
-            .retain(|_, (_, at)| now.duration_since(*at) < GONE_FOR);
-        let key = (ns.to_owned(), id.to_owned());
-        let epoch = self.held.remove(&key)?;
-        self.gone.insert(key, (epoch.clone(), now));
-        Some(epoch)
-    }
-
-    /// Every held instance, sorted: `(ns, id, epoch)`.
-    pub fn held(&self) -> Vec<(String, String, Epoch)> {
-        let mut held: Vec<_> = self
-            .held
-            .iter()
-            .map(|((ns, id), epoch)| (ns.clone(), id.clone(), epoch.clone()))
-            .collect();
-        held.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        held
-    }
-
-    /// Held ids by namespace, the shape of `instances` in register and stats.
-    pub fn instances(&self) -> BTreeMap<String, Vec<String>> {
-        let mut by_ns: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (ns, id, _) in self.held() {
-            by_ns.entry(ns).or_default().push(id);
-        }
-        by_ns
     }
 
     pub fn record_message(&mut self, message: Message) {
@@ -305,10 +259,9 @@ mod tests {
         Epoch::parse(s.as_bytes()).unwrap()
     }
 
-    fn live() -> State {
-        let mut state = State::new(10);
-        state.lease_until = Some(Instant::now() + Duration::from_secs(60));
-        state
+    /// An admission to `map` under `state`'s gate, as [`Shared::admit`] makes it.
+    fn admit(map: &HeldMap, state: &State, id: &str, epoch: &str, now: Instant) -> Admission {
+        map.admit("/t", id, &e(epoch), now, || state.gate(now))
     }
 
     #[test]
@@ -332,63 +285,27 @@ mod tests {
     }
 
     #[test]
-    fn admission_follows_epochs() {
-        let now = Instant::now();
-        let mut state = live();
-        let activated = Admission::Serve { activated: true };
-        let again = Admission::Serve { activated: false };
-        assert_eq!(state.admit("/t", "a", &e("5"), now), activated);
-        assert_eq!(state.admit("/t", "a", &e("05"), now), again);
-        assert_eq!(state.admit("/t", "a", &e("4"), now), Admission::Stale);
-        // Re-placed here at a higher epoch: a new activation.
-        assert_eq!(state.admit("/t", "a", &e("9"), now), activated);
-        assert_eq!(state.epoch_of("/t", "a"), Some(&e("9")));
-
-        assert_eq!(state.forget("/t", "a", now), Some(e("9")));
-        assert_eq!(state.forget("/t", "a", now), None);
-        assert_eq!(state.admit("/t", "a", &e("9"), now), Admission::Stale);
-        assert_eq!(
-            state.admit("/t", "a", &e("9"), now + GONE_FOR),
-            activated,
-            "the memory of a released epoch fades"
-        );
-        assert_eq!(state.forget("/t", "a", now), Some(e("9")));
-        assert_eq!(state.admit("/t", "a", &e("10"), now), activated);
-    }
-
-    #[test]
     fn new_activations_need_a_live_lease() {
         let now = Instant::now();
+        let map = HeldMap::new(0);
         let mut state = State::new(0);
-        assert_eq!(state.admit("/t", "a", &e("1"), now), Admission::Refused);
+        assert_eq!(admit(&map, &state, "a", "1", now), Admission::Refused);
         state.lease_until = Some(now + Duration::from_secs(1));
         assert_eq!(
-            state.admit("/t", "a", &e("1"), now),
+            admit(&map, &state, "a", "1", now),
             Admission::Serve { activated: true }
         );
         // Held instances keep being served on an expired lease; new ones are refused.
         let later = now + Duration::from_secs(2);
         assert_eq!(
-            state.admit("/t", "a", &e("1"), later),
+            admit(&map, &state, "a", "1", later),
             Admission::Serve { activated: false }
         );
-        assert_eq!(state.admit("/t", "b", &e("1"), later), Admission::Refused);
+        assert_eq!(admit(&map, &state, "b", "1", later), Admission::Refused);
         state.lease_until = Some(later + Duration::from_secs(1));
         state.stopping = true;
-        assert_eq!(state.admit("/t", "b", &e("1"), later), Admission::Refused);
+        assert_eq!(admit(&map, &state, "b", "1", later), Admission::Refused);
         state.superseded = true;
-        assert_eq!(state.admit("/t", "a", &e("1"), later), Admission::Refused);
-    }
-
-    #[test]
-    fn instances_group_by_namespace() {
-        let now = Instant::now();
-        let mut state = live();
-        for (ns, id) in [("/docs", "z"), ("/threads", "b"), ("/threads", "a")] {
-            state.admit(ns, id, &e("1"), now);
-        }
-        let instances = state.instances();
-        assert_eq!(instances["/threads"], ["a", "b"]);
-        assert_eq!(instances["/docs"], ["z"]);
+        assert_eq!(admit(&map, &state, "a", "1", later), Admission::Refused);
     }
 }

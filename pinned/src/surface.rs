@@ -19,7 +19,8 @@ use crate::app::{App, Instance};
 use crate::attest::{self, Attestation, Binding, Invalid};
 use crate::epoch::Epoch;
 use crate::handle::Handle;
-use crate::state::{Admission, Shared};
+use crate::held::Admission;
+use crate::state::Shared;
 
 pub(crate) struct Surface<A> {
     shared: Arc<Shared>,
@@ -86,8 +87,9 @@ impl<A: App> Surface<A> {
         }
         let shared = &self.shared;
         let now = Instant::now();
+        // The held map before the state lock, never under it (`state.rs`'s lock order).
+        let instances = shared.held.instances();
         let state = shared.state();
-        let instances = state.instances();
         let count: usize = instances.values().map(Vec::len).sum();
         Response::json_value(
             StatusCode::OK,
@@ -149,7 +151,7 @@ impl<A: App> Surface<A> {
             debug!(%ns, %id, %epoch, reason = %why, "refusing a replayed attestation");
             return Ok(invalid_attestation());
         }
-        let admission = self.shared.state().admit(&ns, &id, &epoch, Instant::now());
+        let admission = self.shared.admit(&ns, &id, &epoch, Instant::now());
         let activated = match admission {
             Admission::Serve { activated } => activated,
             Admission::Stale => {
@@ -580,7 +582,7 @@ mod tests {
         let reply = w.get("/threads/a", &[("Pinboard-Proxy-Secret", &secret), epoch]);
         assert_eq!(json_reply(&reply, 403), refused);
         assert_eq!(
-            w.shared.state().held().len(),
+            w.shared.held.held().len(),
             1,
             "only the control case activated"
         );
@@ -618,7 +620,7 @@ mod tests {
                 refused
             );
         }
-        assert!(w.shared.state().held().is_empty());
+        assert!(w.shared.held.held().is_empty());
         // `_wake` takes a wake token: a client's forward to it is refused.
         let wake = |purpose: &str| {
             let claims = json!({
@@ -660,7 +662,7 @@ mod tests {
         ] {
             text(&get("/threads/a", bad), 400, "malformed placement epoch");
         }
-        assert!(w.shared.state().held().is_empty());
+        assert!(w.shared.held.held().is_empty());
 
         let first = json_reply(&get("/threads/a/x/y?q=1", Some("1700000000005")), 200);
         assert_eq!(
@@ -684,7 +686,7 @@ mod tests {
             json_reply(&get("/threads/a", Some("1700000000009")), 200)["activated"],
             true
         );
-        let held = w.shared.state().held();
+        let held = w.shared.held.held();
         assert_eq!(held.len(), 1);
         assert_eq!(
             (held[0].0.as_str(), held[0].1.as_str(), held[0].2.as_str()),

@@ -15,9 +15,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::sync::mpsc::{Sender, channel};
+use std::sync::{Mutex, MutexGuard};
 
+use ahash::RandomState;
 use bytes::Bytes;
 use clap::Parser;
 use http::header::CONTENT_TYPE;
@@ -76,6 +77,9 @@ struct Args {
     takeover: Option<String>,
     #[arg(long, env = "PINNED_EPOCH")]
     epoch: Option<u64>,
+    /// Instances expected at once: sizes the worker's held map and the counters up front.
+    #[arg(long, env = "PINNED_EXPECTED_INSTANCES", default_value_t = 0)]
+    expected_instances: usize,
 }
 
 fn ns_env(pair: &str) -> Result<(String, String), String> {
@@ -106,6 +110,7 @@ impl Args {
             _ => Takeover::WindDown,
         });
         config.epoch = self.epoch;
+        config.expected_instances = self.expected_instances;
         config
     }
 }
@@ -116,15 +121,45 @@ enum Stop {
     Superseded,
 }
 
+/// Shards of the counters: as the library splits its held instances (`src/held.rs`), so that
+/// a growing map stalls only the requests to its own share of the instances.
+const SHARDS: usize = 64;
+
+type Counts = HashMap<(String, String), u64, RandomState>;
+
 struct Counters {
-    counts: Mutex<HashMap<(String, String), u64>>,
+    /// Picks an instance's shard; seeded apart from the shards' own maps.
+    router: RandomState,
+    shards: Vec<Mutex<Counts>>,
     stop: Sender<Stop>,
 }
 
 impl Counters {
+    fn new(expected: usize, stop: Sender<Stop>) -> Counters {
+        let per_shard = expected.div_ceil(SHARDS);
+        let per_shard = per_shard + per_shard / 8;
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(HashMap::with_capacity_and_hasher(
+                    per_shard,
+                    RandomState::new(),
+                ))
+            })
+            .collect();
+        Counters {
+            router: RandomState::new(),
+            shards,
+            stop,
+        }
+    }
+
+    fn counts(&self, ns: &str, id: &str) -> MutexGuard<'_, Counts> {
+        let shard = self.router.hash_one((ns, id)) as usize % SHARDS;
+        self.shards[shard].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn forget(&self, ns: &str, id: &str) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.remove(&(ns.to_owned(), id.to_owned()));
+        self.counts(ns, id).remove(&(ns.to_owned(), id.to_owned()));
     }
 }
 
@@ -139,7 +174,7 @@ impl App for Counters {
         match (req.method().clone(), instance.rest.as_str()) {
             (Method::GET, "/count") => {
                 let count = {
-                    let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut counts = self.counts(ns, id);
                     let count = counts.entry((ns.to_owned(), id.to_owned())).or_default();
                     if instance.activated {
                         *count = 0;
@@ -230,10 +265,7 @@ fn main() -> ExitCode {
         eprintln!("pinned-example: cannot install signal handlers: {e}");
         return ExitCode::from(2);
     }
-    let counters = Counters {
-        counts: Mutex::default(),
-        stop,
-    };
+    let counters = Counters::new(args.expected_instances, stop);
     let worker = match Worker::start(args.config(), counters) {
         Ok(worker) => worker,
         Err(e) => {
