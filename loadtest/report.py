@@ -10,7 +10,7 @@ Redis, ticks per second, and the box's busy and total ticks (/proc/stat, all cor
 import statistics
 import sys
 
-ORDER = ["direct", "pinboard", "pinboard-fresh", "nginx", "nginx-lua-redis"]
+ORDER = ["direct", "pinboard", "pinboard-fresh", "nginx", "haproxy", "nginx-lua-redis"]
 
 
 def parse(row):
@@ -118,7 +118,8 @@ def table(path):
                   "see the errors column")
     print(f"ratios: pinboard/nginx={ratio('pinboard', 'nginx'):.2f} "
           f"pinboard/nginx-lua-redis={ratio('pinboard', 'nginx-lua-redis'):.2f} "
-          f"pinboard/direct={ratio('pinboard', 'direct'):.2f}")
+          f"pinboard/direct={ratio('pinboard', 'direct'):.2f} "
+          f"pinboard/haproxy={ratio('pinboard', 'haproxy'):.2f}")
 
 
 if __name__ == "__main__":
