@@ -24,8 +24,21 @@ fn main() {
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let suffix = if dirty { "-dirty" } else { "" };
     println!("cargo:rustc-env=PINBOARD_BUILD={version} (commit {commit}{suffix}, {profile} build)");
-    // Rebuilt when HEAD moves (a checkout, a commit on the branch HEAD names).
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs/heads");
+    // Rebuilt when HEAD moves (a checkout, a commit on the branch HEAD names). Asked of git,
+    // not spelled `.git/HEAD`: in a worktree `.git` is a file, and a path that never exists
+    // would rebuild on every build.
+    let git_path = |what: &str| {
+        Command::new("git")
+            .args(["rev-parse", "--path-format=absolute", what])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned())
+    };
+    if let (Some(dir), Some(common)) = (git_path("--git-dir"), git_path("--git-common-dir")) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={common}/refs/heads");
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }
