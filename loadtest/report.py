@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/bench's results: one progress line per measurement (--line, a TSV row on stdin), or
-the table of medians, the targets of issue 5 and the ratios line (a results.tsv file).
+the table of medians, the targets of issue 11 and the ratios line (a results.tsv file).
 
 A row: round, setup, wrk's `BENCH k=v ...` line, then clock ticks of CPU (utime+stime) spent
 during the measured run by the proxy, the worker, redis-server and wrk, whether the setup uses
@@ -98,19 +98,24 @@ def table(path):
     if pb:
         print()
         checks = []
-        r = ratio("pinboard", "nginx-lua-redis")
-        checks.append((r >= 1.5, f"steady req/s >= 1.5x nginx-lua-redis: {r:.2f}x"))
-        r = ratio("pinboard", "nginx")
-        checks.append((r >= 0.9, f"steady req/s >= 0.9x nginx: {r:.2f}x"))
-        for peer in ("nginx", "nginx-lua-redis"):
+        # Issue 11's targets.
+        for peer, want in (("nginx", 0.85), ("haproxy", 0.85), ("nginx-lua-redis", 2.0)):
             if peer in med:
-                checks.append((pb["p99"] <= med[peer]["p99"],
-                               f"p99 <= {peer}'s: {ms(pb['p99'])} vs {ms(med[peer]['p99'])}"))
-        if "direct" in med:
-            d = med["direct"]["p50"]
-            added = pb["p50"] - d
-            checks.append((added < 2 * d, f"p50 added over direct < 2x direct's p50: "
-                                          f"+{ms(added)} vs 2 x {ms(d)} = {ms(2 * d)}"))
+                r = ratio("pinboard", peer)
+                checks.append((r >= want, f"steady req/s >= {want}x {peer}: {r:.2f}x"))
+        if pb["redis"] is not None:
+            checks.append((pb["redis"] <= 0.8, f"redis CPU <= 0.8 s per 100k steady requests: "
+                                               f"{pb['redis']:.3f}"))
+        if "nginx" in med and pb["proxy"] is not None and med["nginx"]["proxy"]:
+            r = pb["proxy"] / med["nginx"]["proxy"]
+            checks.append((r <= 1.1, f"proxy CPU per request <= 1.1x nginx's: {r:.2f}x"))
+        if "nginx" in med:
+            r = pb["p99"] / med["nginx"]["p99"]
+            checks.append((r <= 1.5, f"p99 <= 1.5x nginx's: {ms(pb['p99'])} vs "
+                                     f"{ms(med['nginx']['p99'])} ({r:.2f}x)"))
+        if "pinboard-fresh" in med:
+            r = ratio("pinboard-fresh", "pinboard")
+            checks.append((r >= 0.6, f"fresh-placement req/s >= 0.6x steady: {r:.2f}x"))
         for ok, text in checks:
             print(f"target {'met   ' if ok else 'MISSED'} {text}")
         if any(med[s]["errors"] for s in med):
