@@ -161,6 +161,12 @@ async fn core_main(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
+    // A second descriptor of the same socket, to stop listening when the stop begins: under
+    // io_uring the listener's own descriptor outlives its drop until the cancelled accept
+    // completes, and until then the kernel keeps completing handshakes for it.
+    let stopper = listener
+        .try_clone()
+        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
     let listener = monoio::net::TcpListener::from_std(listener)
         .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
     let shutdown = Shutdown::default();
@@ -205,7 +211,10 @@ async fn core_main(
             }
         }
     }
-    drop(listener);
+    // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
+    // a descriptor: new connections are refused from here on.
+    let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
+    drop((listener, stopper));
     let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
     let open = || core.counters().connections();
     while open() > 0 && Instant::now() < deadline {
