@@ -15,7 +15,7 @@ use support::node::{Node, token};
 use support::redis::{RedisCluster, RedisServer};
 use support::worker::TestWorker;
 
-use pinboard::store::{Keys, bucket_of};
+use pinboard::store::{Keys, SCRIPT_PAGE, bucket_of};
 
 /// Rows in the one full bucket: three pages of `HSCAN … COUNT 1000`.
 const FULL: usize = 2_600;
@@ -173,13 +173,16 @@ fn scans_of(commands: &[Vec<String>], key: &str) -> usize {
                 "{args:?}"
             );
         }
-        // A script gets at most a page of ids: 3 + keys + 2 + 3 per row, the log keeping 31
+        // A script gets at most SCRIPT_PAGE ids: 3 + keys + 2 + 3 per row, the log keeping 31
         // and counting the rest.
         if name == "EVALSHA"
             && let Some(more) = args.last().and_then(|a| a.strip_prefix("... ("))
         {
             let more: usize = more.split(' ').next().unwrap().parse().unwrap();
-            assert!(31 + more <= 3 + 1 + 2 + 3 * 1000, "{more} more: {args:?}");
+            assert!(
+                31 + more <= 3 + 1 + 2 + 3 * SCRIPT_PAGE,
+                "{more} more: {args:?}"
+            );
         }
     }
     commands

@@ -3,9 +3,10 @@
 //! The fence lives on the row, so it survives the owner's death and reaches a replacement.
 //!
 //! Without an id the (env, namespace) is walked a page at a time (`HSCAN … COUNT 1000` per
-//! bucket, [`crate::store::Store::row_pages`]): each page's rows in scope are stamped by one
-//! `wind_down.lua` call that gets their ids, and their owners' messages queued, before the
-//! next page is read. No Redis call touches more than a page, whatever the namespace's size.
+//! bucket, [`crate::store::Store::row_pages`]): each page's rows in scope are stamped by
+//! `wind_down.lua` calls that get 100 of their ids each, and their owners' messages queued,
+//! before the next page is read. No Redis call touches more than a page, whatever the
+//! namespace's size.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -20,7 +21,7 @@ use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
 use crate::store::scripts::WIND_DOWN;
-use crate::store::{PAGE, PlacementRow, SINGLE_ENV, Session, bucket_of};
+use crate::store::{PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, bucket_of};
 
 const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
 
@@ -158,12 +159,13 @@ impl Stamp<'_> {
         self.owners.get(session_id).and_then(Option::as_ref)
     }
 
-    /// Stamps `rows` (all in `bucket`) that are still as read, a page of ids per script call,
+    /// Stamps `rows` (all in `bucket`) that are still as read, [`SCRIPT_PAGE`] ids per script
+    /// call,
     /// and queues a message to each stamped row's owner.
     async fn rows(&mut self, bucket: u32, rows: &[Row]) -> Result<(), Error> {
         let store = &self.core.store;
         let placements = store.keys.placements(bucket, self.env, self.ns);
-        for batch in rows.chunks(PAGE) {
+        for batch in rows.chunks(SCRIPT_PAGE) {
             let mut args: Vec<&[u8]> = vec![self.deadline.as_bytes(), store.lease().as_bytes()];
             for row in batch {
                 args.extend([
