@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 use support::fleet::{Fixture, SHARDS};
-use support::http::{Reply, get};
+use support::http::{Client, Reply, get};
 use support::node::{Node, token};
 use support::redis::{RedisCluster, RedisServer};
 use support::worker::TestWorker;
@@ -222,6 +222,36 @@ fn overview_and_wind_down_page_through_a_bucket_of_several_pages() {
     assert_eq!(threads["entries"], Value::Array(want));
     assert_eq!(threads["sessionIds"], json!([session]));
     assert_eq!(all["workers"].as_array().unwrap().len(), 1);
+
+    // HTTP/1.1 gets the listing streamed (chunked), on a connection that stays open; HEAD
+    // and HTTP/1.0 get it whole, with its length: the same bytes.
+    let raw =
+        |request: &str| format!("{request}\r\nHost: t\r\nAuthorization: Bearer {ops}\r\n\r\n");
+    let mut client = Client::connect(f.node.addr);
+    let streamed = client.request(raw("GET /registry/overview HTTP/1.1").as_bytes());
+    assert_eq!(streamed.header("transfer-encoding"), Some("chunked"));
+    assert!(streamed.header("content-length").is_none());
+    assert!(streamed.header("date").is_some());
+    assert_eq!(streamed.header("content-type"), Some("application/json"));
+    let again = client.request(raw("GET /registry/overview HTTP/1.1").as_bytes());
+    assert_eq!(again.body, streamed.body, "the connection is reused");
+    let head = client.request(raw("HEAD /registry/overview HTTP/1.1").as_bytes());
+    assert_eq!(
+        head.header("content-length"),
+        Some(streamed.body.len().to_string().as_str())
+    );
+    let old =
+        Client::connect(f.node.addr).request(raw("GET /registry/overview HTTP/1.0").as_bytes());
+    assert_eq!(
+        old.header("content-length"),
+        Some(streamed.body.len().to_string().as_str())
+    );
+    assert_eq!(old.body, streamed.body);
+    let closing = Client::connect(f.node.addr).request(
+        format!("GET /registry/overview HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: Bearer {ops}\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(closing.header("connection"), Some("close"));
+    assert_eq!(closing.body, streamed.body);
 
     // The filters apply to every page.
     let one = ok_json(get(

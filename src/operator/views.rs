@@ -3,15 +3,15 @@
 //! `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). All show only
 //! what the credential's claims cover.
 //!
-//! The overview reads placements a page at a time (`HSCAN … COUNT 1000`,
-//! [`crate::store::Store::row_pages`]), keeps each live entry serialized as it comes, and
-//! writes the body by hand, yielding to the core's other requests every page of entries: a
-//! listing of a million placements never holds Redis, nor the core, for more than a page.
+//! The overview reads placements a page at a time (`HSCAN … COUNT 1000`, `listing.rs`) and
+//! writes its body by hand, yielding to the core's other requests every page of entries: a
+//! listing of a million placements holds Redis for a page at a time, and the core's other
+//! requests wait for a page's work, not the listing's (but for the copy of the finished body
+//! onto the connection).
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
-use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
@@ -24,10 +24,12 @@ use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Purpose, Signer};
 use crate::clock::now_ms;
 use crate::error::Error;
-use crate::http::{Response, WorkerAddr, fetch};
+use crate::http::{Request, Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::store::{PAGE, Session, Takeover};
+use crate::store::{Session, Takeover};
+
+use super::listing::{Body, Keep, Listing, Owners};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
@@ -213,18 +215,18 @@ impl<'q> OverviewFilter<'q> {
     }
 }
 
-pub async fn overview(
-    core: &Core,
-    credential: &Credential,
-    filter: &OverviewFilter<'_>,
-) -> Handled {
+pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let query = req.head.uri.query().map(str::to_owned);
+    let filter = match OverviewFilter::parse(query.as_deref()) {
+        Ok(filter) => filter,
+        Err(refusal) => return Ok(refusal),
+    };
     let Some(claim) = claim(credential) else {
         return Ok(answers::forbidden());
     };
     let live = live_sessions(core).await?;
     let mut shown = visible(&live, claim);
     current_headroom(core, &mut shown).await?;
-    let live_ids: BTreeSet<&str> = live.iter().map(|s| s.session_id.as_str()).collect();
 
     // (hostname, env, namespace) → the sessions serving it.
     let mut groups: BTreeMap<(Option<String>, String, String), Vec<String>> = BTreeMap::new();
@@ -242,10 +244,16 @@ pub async fn overview(
     }
     let now = now_ms();
     // Each (env, ns) is read once, a page at a time, whatever the hostnames sharing it.
-    let mut rows_of: BTreeMap<(String, String), BTreeMap<String, Listed>> = BTreeMap::new();
+    let owners = Owners::new(live.iter().map(|s| s.session_id.as_str()));
+    let keep = Keep {
+        now,
+        prefix: filter.prefix.as_deref(),
+        tag: filter.tag.as_deref(),
+    };
+    let mut rows_of: BTreeMap<(String, String), Listing> = BTreeMap::new();
     for (_, env, ns) in groups.keys() {
         if let Entry::Vacant(slot) = rows_of.entry((env.clone(), ns.clone())) {
-            slot.insert(live_rows(core, env, ns, filter, &live_ids, now).await?);
+            slot.insert(Listing::read(&core.store, env, ns, &owners, &keep).await?);
         }
     }
     let hostnames: Map<String, Value> = core
@@ -272,31 +280,27 @@ pub async fn overview(
     let bindings = json!({ "hostnames": hostnames, "envs": envs });
     let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
 
-    // The body is written by hand, in the order (sorted keys) serde_json writes an object:
-    // {"bindings", "namespaces": [{"entries", "env", "hostname", "namespace", "sessionIds"}],
-    // "workers"}. A listing of a million entries is copied a page at a time, letting the
-    // core's requests run in between.
-    let mut body = Vec::new();
+    // Everything is read: the body is written by hand, in the order (sorted keys) serde_json
+    // writes an object: {"bindings", "namespaces": [{"entries", "env", "hostname",
+    // "namespace", "sessionIds"}], "workers"}, and streamed as it is written (listing.rs).
+    let size = 4096 + rows_of.values().map(Listing::size_hint).sum::<usize>();
+    let mut out = Body::for_request(req, size);
+    let body = &mut out.bytes;
     body.extend_from_slice(b"{\"bindings\":");
     body.extend(json_of(&bindings));
     body.extend_from_slice(b",\"namespaces\":[");
     for (n, ((hostname, env, ns), session_ids)) in groups.iter().enumerate() {
         if n > 0 {
-            body.push(b',');
+            out.bytes.push(b',');
         }
-        body.extend_from_slice(b"{\"entries\":[");
-        let listed = rows_of[&(env.clone(), ns.clone())]
-            .values()
-            .filter(|l| hostname.is_none() || l.hostname == *hostname);
-        for (i, l) in listed.enumerate() {
-            if i > 0 {
-                body.push(b',');
-                if i % PAGE == 0 {
-                    yield_now().await;
-                }
-            }
-            body.extend_from_slice(&l.entry);
+        out.bytes.extend_from_slice(b"{\"entries\":[");
+        rows_of[&(env.clone(), ns.clone())]
+            .write(hostname.as_deref(), &owners, &mut out)
+            .await;
+        if out.gone() {
+            break;
         }
+        let body = &mut out.bytes;
         body.extend_from_slice(b"],\"env\":");
         body.extend(json_of(env));
         body.extend_from_slice(b",\"hostname\":");
@@ -307,97 +311,14 @@ pub async fn overview(
         body.extend(json_of(session_ids));
         body.push(b'}');
     }
-    body.extend_from_slice(b"],\"workers\":");
-    body.extend(json_of(&workers));
-    body.push(b'}');
-    Ok(Response::json(StatusCode::OK, body))
-}
-
-/// A placement the overview lists: the row's hostname (an (env, ns) may be served under more
-/// than one hostname) and its entry, `{expiry?, id, sessionId, tag?}`, serialized as read.
-struct Listed {
-    hostname: Option<String>,
-    entry: Box<[u8]>,
-}
-
-#[derive(serde::Serialize)]
-struct ListedEntry<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expiry: Option<u64>,
-    id: &'a str,
-    #[serde(rename = "sessionId")]
-    session_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tag: Option<&'a str>,
-}
-
-/// The live placements of (env, ns) the filter keeps, by id: rows whose owner is live and
-/// whose wind-down fence has not passed. Read a page (`HSCAN … COUNT 1000`) at a time; an id
-/// that comes in two pages is listed as last read.
-async fn live_rows(
-    core: &Core,
-    env: &str,
-    ns: &str,
-    filter: &OverviewFilter<'_>,
-    live_ids: &BTreeSet<&str>,
-    now: u64,
-) -> Result<BTreeMap<String, Listed>, Error> {
-    let mut listed = BTreeMap::new();
-    let mut pages = core.store.row_pages(env, ns, filter.prefix.as_deref());
-    while let Some(page) = pages.next().await? {
-        for (id, row) in page.rows {
-            let owner = row.owner().filter(|owner| live_ids.contains(owner));
-            let shown = owner.is_some()
-                && !row.fenced(now)
-                && filter.prefix.as_deref().is_none_or(|p| id.starts_with(p))
-                && filter
-                    .tag
-                    .as_deref()
-                    .is_none_or(|t| row.tag.as_deref() == Some(t));
-            match owner.filter(|_| shown) {
-                Some(owner) => {
-                    let entry = ListedEntry {
-                        expiry: row.expiry,
-                        id: &id,
-                        session_id: owner,
-                        tag: row.tag.as_deref(),
-                    };
-                    let entry = serde_json::to_vec(&entry).expect("an entry serializes");
-                    let hostname = row.hostname;
-                    listed.insert(
-                        id,
-                        Listed {
-                            hostname,
-                            entry: entry.into(),
-                        },
-                    );
-                }
-                None => {
-                    listed.remove(&id);
-                }
-            }
-        }
-    }
-    Ok(listed)
+    out.bytes.extend_from_slice(b"],\"workers\":");
+    out.bytes.extend(json_of(&workers));
+    out.bytes.push(b'}');
+    Ok(out.finish().await)
 }
 
 fn json_of<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("a listing serializes")
-}
-
-/// Lets the core's other tasks (its data-plane requests) run before going on.
-async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            Poll::Ready(())
-        } else {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await
 }
 
 pub async fn stats(core: &Core, credential: &Credential) -> Handled {
