@@ -1,5 +1,5 @@
 //! The operator routes over buckets of more than one page: `GET /registry/overview` and an
-//! id-less `POST /registry/wind_down` read the placements hashes one `HSCAN … COUNT 1000` at a
+//! id-less `POST /registry/wind_down` read the placements hashes one `HSCAN … COUNT 250` at a
 //! time, never with one whole-hash read, and answer exactly as the spec says. On one
 //! redis-server (where the test also reads the server's SLOWLOG to see every command the node
 //! sent) and on a 3-master Redis Cluster.
@@ -15,9 +15,9 @@ use support::node::{Node, token};
 use support::redis::{RedisCluster, RedisServer};
 use support::worker::TestWorker;
 
-use pinboard::store::{Keys, SCRIPT_PAGE, bucket_of};
+use pinboard::store::{Keys, PAGE, SCRIPT_PAGE, bucket_of};
 
-/// Rows in the one full bucket: three pages of `HSCAN … COUNT 1000`.
+/// Rows in the one full bucket: more than ten pages of `HSCAN … COUNT 250`.
 const FULL: usize = 2_600;
 /// Rows spread over the other buckets.
 const SPREAD: usize = 300;
@@ -156,7 +156,7 @@ fn log_everything(redis: &RedisServer) {
 }
 
 /// No command read a placements hash whole; and the pages the node asked for: how many HSCANs
-/// of `key`, each with `COUNT 1000`.
+/// of `key`, each with `COUNT 250`.
 fn scans_of(commands: &[Vec<String>], key: &str) -> usize {
     for args in commands {
         let name = args[0].to_ascii_uppercase();
@@ -169,7 +169,7 @@ fn scans_of(commands: &[Vec<String>], key: &str) -> usize {
             let count = args.iter().position(|a| a.eq_ignore_ascii_case("COUNT"));
             assert_eq!(
                 count.map(|c| args[c + 1].as_str()),
-                Some("1000"),
+                Some(PAGE.to_string().as_str()),
                 "{args:?}"
             );
         }

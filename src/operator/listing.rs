@@ -1,6 +1,7 @@
 //! The placements `GET /registry/overview` lists for one (env, namespace): read a page
-//! (`HSCAN … COUNT 1000`) at a time and written out in id order, at a cost that stays small
-//! per page whatever the namespace's size.
+//! (`HSCAN … COUNT 250`, paced: the walk waits between pages as long as a page takes) at a
+//! time and written out in id order, at a cost that stays small per page whatever the
+//! namespace's size.
 //!
 //! Each page's kept rows become a run: their ids, tags and hostnames back to back in one
 //! string, the rest in a small record (the owner as an index into the live sessions), the run
@@ -113,7 +114,7 @@ impl Listing {
         keep: &Keep<'_>,
     ) -> Result<Listing, Error> {
         let mut listing = Listing::default();
-        let mut pages = store.row_pages(env, ns, keep.prefix);
+        let mut pages = store.row_pages(env, ns, keep.prefix).paced();
         while let Some(page) = pages.next().await? {
             let mut run = Run {
                 text: String::new(),

@@ -3,7 +3,7 @@
 //! `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). All show only
 //! what the credential's claims cover.
 //!
-//! The overview reads placements a page at a time (`HSCAN … COUNT 1000`, `listing.rs`) and
+//! The overview reads placements a page at a time (`HSCAN … COUNT 250`, `listing.rs`) and
 //! writes its body by hand, yielding to the core's other requests every page of entries: a
 //! listing of a million placements holds Redis for a page at a time, and the core's other
 //! requests wait for a page's work, not the listing's (but for the copy of the finished body

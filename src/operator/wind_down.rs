@@ -2,7 +2,7 @@
 //! (env, namespace) — at a deadline, and the owner hears it as a `wind_down` control message.
 //! The fence lives on the row, so it survives the owner's death and reaches a replacement.
 //!
-//! Without an id the (env, namespace) is walked a page at a time (`HSCAN … COUNT 1000` per
+//! Without an id the (env, namespace) is walked a page at a time (`HSCAN … COUNT 250` per
 //! bucket, [`crate::store::Store::row_pages`]): each page's rows in scope are stamped by
 //! `wind_down.lua` calls that get 100 of their ids each, and their owners' messages queued,
 //! before the next page is read. No Redis call touches more than a page, whatever the

@@ -12,6 +12,7 @@ mod records;
 pub mod scripts;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -163,7 +164,7 @@ impl Store {
     }
 
     /// The placement rows of (env, ns), bucket after bucket, a page at a time: one
-    /// `HSCAN … COUNT 1000` per [`RowPages::next`], never one read of a whole bucket. With
+    /// `HSCAN … COUNT 250` per [`RowPages::next`], never one read of a whole bucket. With
     /// `id_prefix`, only ids that start with it (`MATCH`; Redis still walks the same pages).
     pub fn row_pages<'s>(&'s self, env: &str, ns: &str, id_prefix: Option<&str>) -> RowPages<'s> {
         RowPages {
@@ -174,10 +175,12 @@ impl Store {
             bucket: 0,
             key: self.keys.placements(0, env, ns),
             cursor: None,
+            pace: false,
+            started: None,
         }
     }
 
-    /// One page of a hash: `HSCAN key cursor [MATCH pattern] COUNT 1000` (cursor `"0"` starts;
+    /// One page of a hash: `HSCAN key cursor [MATCH pattern] COUNT 250` (cursor `"0"` starts;
     /// a next cursor of `"0"` ends the walk). A field may come in more than one page (Redis
     /// guarantees only that a field present for the whole walk comes at least once), so the
     /// caller deduplicates or does idempotent work.
@@ -489,14 +492,16 @@ impl Store {
 
 /// How many fields one page of a hash walk asks for (`HSCAN … COUNT`): no single Redis call
 /// touches more than about a page of a structure that grows with placements, whatever the
-/// fleet's size (contract §6). A page of 1000 rows is some 0.5 ms of Redis's time.
-pub const PAGE: usize = 1000;
-const PAGE_STR: &str = "1000";
+/// fleet's size (contract §6). Over buckets of 62,500 rows (a million placements, 16 shards)
+/// Redis spends 1.5–2 µs a field on this 2-core machine while it serves the data plane: a
+/// page of 1000 took 1.6–2 ms (p99 4.5 ms), one of 250 takes about half a millisecond.
+pub const PAGE: usize = 250;
+const PAGE_STR: &str = "250";
 
 /// The most rows (or messages) one script call gets. A script's work per row (a read, a JSON
-/// decode and encode, a write) costs Redis some 5 µs, ten times what HSCAN spends on a field,
-/// and grows faster than linearly past a few hundred: on the project's (busy) 2-core machine
-/// 100 rows took a `wind_down.lua` call about 0.5 ms, 1000 rows 10–15 ms.
+/// decode and encode, a write) costs Redis some 5–10 µs, several times what HSCAN spends on a
+/// field, and grows faster than linearly past a few hundred: on the project's (busy) 2-core
+/// machine 100 rows took a `wind_down.lua` call 0.5–1 ms, 1000 rows 10–15 ms.
 pub const SCRIPT_PAGE: usize = 100;
 
 /// A walk over the placement rows of one (env, ns), bucket by bucket ([`Store::row_pages`]).
@@ -510,7 +515,13 @@ pub struct RowPages<'s> {
     key: String,
     /// Where the bucket's walk stands: `None` before its first page.
     cursor: Option<String>,
+    /// Paced ([`RowPages::paced`]): when the page before was asked for.
+    pace: bool,
+    started: Option<Instant>,
 }
+
+/// The longest a paced walk waits before a page.
+const MAX_PACE: Duration = Duration::from_millis(20);
 
 /// One page of rows, all of one bucket.
 pub struct RowPage {
@@ -521,10 +532,25 @@ pub struct RowPage {
 }
 
 impl RowPages<'_> {
+    /// A walk that takes at most about half of the time it runs for: before each page it
+    /// waits as long as the page before took (its HSCAN and what the caller did with it, up
+    /// to 20 ms). For a read in the background of the data plane (the overview): a walk
+    /// asking for page after page would take a core's worth of the node and of Redis.
+    pub fn paced(mut self) -> Self {
+        self.pace = true;
+        self
+    }
+
     /// The next page with at least one row, or `None` once every bucket has been walked.
     pub async fn next(&mut self) -> Result<Option<RowPage>, Error> {
         let shards = self.store.keys.shards();
         while self.bucket < shards {
+            if self.pace {
+                if let Some(started) = self.started {
+                    monoio::time::sleep(started.elapsed().min(MAX_PACE)).await;
+                }
+                self.started = Some(Instant::now());
+            }
             let cursor = self.cursor.as_deref().unwrap_or("0");
             let (next, pairs) = self
                 .store
