@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  the placements hash of (env, ns)
 -- ARGV[1]  deadline in seconds ('' clears)   ARGV[2] lease (ms)
--- ARGV[3…] groups of three: id, sessionId, epoch ('' for an epoch-less row)
+-- ARGV[3…] groups of three: id, sessionId, epoch ('' for an epoch-less row); at most 100 ids
+--          per call (SCRIPT_PAGE): an id-less wind-down walks the bucket with HSCAN and sends
+--          each page's ids in calls of 100, so no call holds Redis for long
 --
 -- Returns JSON [[id, sessionId, expiry ms | false], ...] for the rows stamped.
 local placements = KEYS[1]

@@ -275,10 +275,7 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Name::Metrics => Ok(operator::metrics(core, req, credential)),
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
-        Name::Overview => {
-            let filter = operator::OverviewFilter::parse(req.head.uri.query())?;
-            operator::overview(core, credential, &filter).await
-        }
+        Name::Overview => operator::overview(core, req, credential).await,
         Name::Stats => operator::stats(core, credential).await,
         Name::Register => registry::register(core, req, credential).await,
         Name::Heartbeat => registry::heartbeat(core, req, credential).await,

@@ -3,6 +3,7 @@
 
 mod drain;
 mod health;
+mod listing;
 mod metrics;
 mod views;
 mod wind_down;

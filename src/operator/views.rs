@@ -2,6 +2,12 @@
 //! `GET /registry/overview` (workers, bindings and live placements, filterable) and
 //! `GET /registry/stats` (each live worker's own `/_pinned/stats`, attested). All show only
 //! what the credential's claims cover.
+//!
+//! The overview reads placements a page at a time (`HSCAN … COUNT 250`, `listing.rs`) and
+//! writes its body by hand, yielding to the core's other requests every page of entries: a
+//! listing of a million placements holds Redis for a page at a time, and the core's other
+//! requests wait for a page's work, not the listing's (but for the copy of the finished body
+//! onto the connection).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,10 +24,12 @@ use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Purpose, Signer};
 use crate::clock::now_ms;
 use crate::error::Error;
-use crate::http::{Response, WorkerAddr, fetch};
+use crate::http::{Request, Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::store::{PlacementRow, Session, Takeover};
+use crate::store::{Session, Takeover};
+
+use super::listing::{Body, Keep, Listing, Owners};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
@@ -207,19 +215,18 @@ impl<'q> OverviewFilter<'q> {
     }
 }
 
-pub async fn overview(
-    core: &Core,
-    credential: &Credential,
-    filter: &OverviewFilter<'_>,
-) -> Handled {
+pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+    let query = req.head.uri.query().map(str::to_owned);
+    let filter = match OverviewFilter::parse(query.as_deref()) {
+        Ok(filter) => filter,
+        Err(refusal) => return Ok(refusal),
+    };
     let Some(claim) = claim(credential) else {
         return Ok(answers::forbidden());
     };
     let live = live_sessions(core).await?;
     let mut shown = visible(&live, claim);
     current_headroom(core, &mut shown).await?;
-    let live_ids: std::collections::BTreeSet<&str> =
-        live.iter().map(|s| s.session_id.as_str()).collect();
 
     // (hostname, env, namespace) → the sessions serving it.
     let mut groups: BTreeMap<(Option<String>, String, String), Vec<String>> = BTreeMap::new();
@@ -236,40 +243,18 @@ pub async fn overview(
         }
     }
     let now = now_ms();
-    let mut rows_of: BTreeMap<(String, String), Vec<(String, PlacementRow)>> = BTreeMap::new();
-    let mut namespaces = Vec::new();
-    for ((hostname, env, ns), session_ids) in groups {
-        let rows = match rows_of.entry((env.clone(), ns.clone())) {
-            Entry::Occupied(rows) => rows.into_mut(),
-            Entry::Vacant(slot) => slot.insert(core.store.rows(&env, &ns).await?),
-        };
-        let entries: Vec<Value> = rows
-            .iter()
-            .filter(|(id, row)| {
-                row.owner().is_some_and(|owner| live_ids.contains(owner))
-                    && !row.fenced(now)
-                    && (hostname.is_none() || row.hostname == hostname)
-                    && filter.prefix.as_deref().is_none_or(|p| id.starts_with(p))
-                    && filter
-                        .tag
-                        .as_deref()
-                        .is_none_or(|t| row.tag.as_deref() == Some(t))
-            })
-            .map(|(id, row)| {
-                let mut entry = json!({ "id": id, "sessionId": row.session_id });
-                if let Some(expiry) = row.expiry {
-                    entry["expiry"] = expiry.into();
-                }
-                if let Some(tag) = &row.tag {
-                    entry["tag"] = tag.as_str().into();
-                }
-                entry
-            })
-            .collect();
-        namespaces.push(json!({
-            "hostname": hostname, "env": env, "namespace": ns,
-            "sessionIds": session_ids, "entries": entries,
-        }));
+    // Each (env, ns) is read once, a page at a time, whatever the hostnames sharing it.
+    let owners = Owners::new(live.iter().map(|s| s.session_id.as_str()));
+    let keep = Keep {
+        now,
+        prefix: filter.prefix.as_deref(),
+        tag: filter.tag.as_deref(),
+    };
+    let mut rows_of: BTreeMap<(String, String), Listing> = BTreeMap::new();
+    for (_, env, ns) in groups.keys() {
+        if let Entry::Vacant(slot) = rows_of.entry((env.clone(), ns.clone())) {
+            slot.insert(Listing::read(&core.store, env, ns, &owners, &keep).await?);
+        }
     }
     let hostnames: Map<String, Value> = core
         .store
@@ -294,10 +279,46 @@ pub async fn overview(
         .collect();
     let bindings = json!({ "hostnames": hostnames, "envs": envs });
     let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
-    Ok(Response::json_value(
-        StatusCode::OK,
-        &json!({ "workers": workers, "bindings": bindings, "namespaces": namespaces }),
-    ))
+
+    // Everything is read: the body is written by hand, in the order (sorted keys) serde_json
+    // writes an object: {"bindings", "namespaces": [{"entries", "env", "hostname",
+    // "namespace", "sessionIds"}], "workers"}, and streamed as it is written (listing.rs).
+    let size = 4096 + rows_of.values().map(Listing::size_hint).sum::<usize>();
+    let mut out = Body::for_request(req, size);
+    let body = &mut out.bytes;
+    body.extend_from_slice(b"{\"bindings\":");
+    body.extend(json_of(&bindings));
+    body.extend_from_slice(b",\"namespaces\":[");
+    for (n, ((hostname, env, ns), session_ids)) in groups.iter().enumerate() {
+        if n > 0 {
+            out.bytes.push(b',');
+        }
+        out.bytes.extend_from_slice(b"{\"entries\":[");
+        rows_of[&(env.clone(), ns.clone())]
+            .write(hostname.as_deref(), &owners, &mut out)
+            .await;
+        if out.gone() {
+            break;
+        }
+        let body = &mut out.bytes;
+        body.extend_from_slice(b"],\"env\":");
+        body.extend(json_of(env));
+        body.extend_from_slice(b",\"hostname\":");
+        body.extend(json_of(hostname));
+        body.extend_from_slice(b",\"namespace\":");
+        body.extend(json_of(ns));
+        body.extend_from_slice(b",\"sessionIds\":");
+        body.extend(json_of(session_ids));
+        body.push(b'}');
+    }
+    out.bytes.extend_from_slice(b"],\"workers\":");
+    out.bytes.extend(json_of(&workers));
+    out.bytes.push(b'}');
+    Ok(out.finish().await)
+}
+
+fn json_of<T: serde::Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("a listing serializes")
 }
 
 pub async fn stats(core: &Core, credential: &Credential) -> Handled {

@@ -1,8 +1,14 @@
 //! `POST /registry/wind_down`: an operator fences placements — one id, or every id of an
 //! (env, namespace) — at a deadline, and the owner hears it as a `wind_down` control message.
 //! The fence lives on the row, so it survives the owner's death and reaches a replacement.
+//!
+//! Without an id the (env, namespace) is walked a page at a time (`HSCAN … COUNT 250` per
+//! bucket, [`crate::store::Store::row_pages`]): each page's rows in scope are stamped by
+//! `wind_down.lua` calls that get 100 of their ids each, and their owners' messages queued,
+//! before the next page is read. No Redis call touches more than a page, whatever the
+//! namespace's size.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use http::StatusCode;
 use serde::Deserialize;
@@ -15,7 +21,7 @@ use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
 use crate::store::scripts::WIND_DOWN;
-use crate::store::{PlacementRow, SINGLE_ENV, Session, bucket_of};
+use crate::store::{PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, bucket_of};
 
 const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
 
@@ -72,69 +78,124 @@ pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credenti
         )));
     }
 
-    // Read the rows, judge each on its owner (or, with the owner gone, on the row's hostname),
-    // then stamp only those still as read.
-    let rows = read_rows(core, &env, ns, body.id.as_deref()).await?;
-    if body.id.is_some() && rows.is_empty() {
-        return Ok(Response::json(StatusCode::OK, &br#"{"queued":false}"#[..]));
-    }
-    let mut owners: BTreeMap<String, Option<Session>> = BTreeMap::new();
-    let mut in_scope = Vec::new();
-    for row in rows {
-        if !owners.contains_key(&row.session_id) {
-            let owner = core.store.session(&row.session_id).await?;
-            owners.insert(row.session_id.clone(), owner);
-        }
-        let owner = owners[&row.session_id].as_ref();
-        if covers(claim, owner, &row, ns) {
-            in_scope.push(row);
-        } else if body.id.is_some() {
-            return Ok(answers::forbidden_because("forbidden"));
-        }
-    }
-    let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
-    let store = &core.store;
-    let mut by_bucket: BTreeMap<u32, Vec<&Row>> = BTreeMap::new();
-    for row in &in_scope {
-        by_bucket
-            .entry(bucket_of(&row.id, core.shared.config.shards))
-            .or_default()
-            .push(row);
-    }
-    let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> = BTreeMap::new();
-    for (bucket, rows) in by_bucket {
-        let placements = store.keys.placements(bucket, &env, ns);
-        let mut args: Vec<&[u8]> = vec![deadline.as_bytes(), store.lease().as_bytes()];
-        for row in &rows {
-            args.extend([
-                row.id.as_bytes(),
-                row.session_id.as_bytes(),
-                row.epoch.as_bytes(),
-            ]);
-        }
-        let stamped: Vec<(String, String, Value)> = store
-            .run(&WIND_DOWN, &[placements.as_bytes()], &args)
-            .await?;
-        for (id, session, expiry) in stamped {
-            // A fence whose owner is gone waits for the replacement owner.
-            if owners.get(&session).is_some_and(Option::is_some) {
-                messages
-                    .entry(session)
-                    .or_default()
-                    .push((ns.to_owned(), id, expiry.as_u64()));
+    // Read the rows a page at a time, judge each on its owner (or, with the owner gone, on the
+    // row's hostname), then stamp those of the page still as read, and tell their owners.
+    let mut stamp = Stamp {
+        core,
+        env: &env,
+        ns,
+        deadline: body.deadline.map(|d| d.to_string()).unwrap_or_default(),
+        owners: BTreeMap::new(),
+        queued: 0,
+    };
+    let answer = match body.id.as_deref() {
+        Some(id) => {
+            let row = core.store.row(&env, ns, id).await?;
+            let Some(row) = row.and_then(|row| Row::of(id, row)) else {
+                return Ok(Response::json(StatusCode::OK, &br#"{"queued":false}"#[..]));
+            };
+            stamp.learn_owner(&row.session_id).await?;
+            if !covers(claim, stamp.owner(&row.session_id), &row, ns) {
+                return Ok(answers::forbidden_because("forbidden"));
             }
+            stamp
+                .rows(bucket_of(id, core.shared.config.shards), &[row])
+                .await?;
+            serde_json::json!({ "queued": stamp.queued > 0 })
         }
-    }
-    let mut queued = 0;
-    for (session, list) in &messages {
-        core.store.push_wind_downs(session, list).await?;
-        queued += list.len();
-    }
-    let answer = match body.id {
-        Some(_) => serde_json::json!({ "queued": queued > 0 }),
-        None => serde_json::json!({ "queued": queued }),
+        None => {
+            let mut pages = core.store.row_pages(&env, ns, None);
+            // HSCAN may hand out an id twice (in two pages of its bucket): each is stamped
+            // and queued once. The ids seen so far, of the bucket being walked.
+            let mut seen: (u32, HashSet<String>) = (0, HashSet::new());
+            while let Some(page) = pages.next().await? {
+                if page.bucket != seen.0 {
+                    seen = (page.bucket, HashSet::new());
+                }
+                let mut in_scope = Vec::new();
+                for (id, row) in page.rows {
+                    if seen.1.contains(&id) {
+                        continue;
+                    }
+                    let Some(row) = Row::of(&id, row) else {
+                        continue;
+                    };
+                    seen.1.insert(id);
+                    stamp.learn_owner(&row.session_id).await?;
+                    if covers(claim, stamp.owner(&row.session_id), &row, ns) {
+                        in_scope.push(row);
+                    }
+                }
+                stamp.rows(page.bucket, &in_scope).await?;
+            }
+            serde_json::json!({ "queued": stamp.queued })
+        }
     };
     Ok(Response::json_value(StatusCode::OK, &answer))
+}
+
+/// A wind-down under way: the owners met so far and the messages queued.
+struct Stamp<'a> {
+    core: &'a Core,
+    env: &'a str,
+    ns: &'a str,
+    /// Seconds, or `""` to clear.
+    deadline: String,
+    /// Each owner's record, read once (`None`: gone).
+    owners: BTreeMap<String, Option<Session>>,
+    queued: usize,
+}
+
+impl Stamp<'_> {
+    async fn learn_owner(&mut self, session_id: &str) -> Result<(), Error> {
+        if !self.owners.contains_key(session_id) {
+            let owner = self.core.store.session(session_id).await?;
+            self.owners.insert(session_id.to_owned(), owner);
+        }
+        Ok(())
+    }
+
+    fn owner(&self, session_id: &str) -> Option<&Session> {
+        self.owners.get(session_id).and_then(Option::as_ref)
+    }
+
+    /// Stamps `rows` (all in `bucket`) that are still as read, [`SCRIPT_PAGE`] ids per script
+    /// call,
+    /// and queues a message to each stamped row's owner.
+    async fn rows(&mut self, bucket: u32, rows: &[Row]) -> Result<(), Error> {
+        let store = &self.core.store;
+        let placements = store.keys.placements(bucket, self.env, self.ns);
+        for batch in rows.chunks(SCRIPT_PAGE) {
+            let mut args: Vec<&[u8]> = vec![self.deadline.as_bytes(), store.lease().as_bytes()];
+            for row in batch {
+                args.extend([
+                    row.id.as_bytes(),
+                    row.session_id.as_bytes(),
+                    row.epoch.as_bytes(),
+                ]);
+            }
+            let stamped: Vec<(String, String, Value)> = store
+                .run(&WIND_DOWN, &[placements.as_bytes()], &args)
+                .await?;
+            let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> =
+                BTreeMap::new();
+            for (id, session, expiry) in stamped {
+                // A fence whose owner is gone waits for the replacement owner.
+                if self.owner(&session).is_some() {
+                    messages.entry(session).or_default().push((
+                        self.ns.to_owned(),
+                        id,
+                        expiry.as_u64(),
+                    ));
+                }
+            }
+            for (session, list) in &messages {
+                store.push_wind_downs(session, list).await?;
+                self.queued += list.len();
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether the claim covers a row: by its owner's hostname and env for `ns`, or by the row's
@@ -164,17 +225,4 @@ impl Row {
             hostname: row.hostname,
         })
     }
-}
-
-/// The row of `id`, or every row of (env, ns) without one.
-async fn read_rows(core: &Core, env: &str, ns: &str, id: Option<&str>) -> Result<Vec<Row>, Error> {
-    let Some(id) = id else {
-        let rows = core.store.rows(env, ns).await?;
-        return Ok(rows
-            .into_iter()
-            .filter_map(|(id, row)| Row::of(&id, row))
-            .collect());
-    };
-    let row = core.store.row(env, ns, id).await?;
-    Ok(row.and_then(|row| Row::of(id, row)).into_iter().collect())
 }
