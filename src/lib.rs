@@ -1,6 +1,6 @@
 //! Pinboard: an edge proxy and control plane for stateful instances.
 //!
-//! The tree follows the architecture, bottom up: pure parts ([`names`], [`clock`],
+//! The tree follows the architecture, bottom up: pure parts ([`names`], [`text`], [`clock`],
 //! [`attestation`], [`passport`]), [`config`], [`http`] (HTTP/1.1, the `pinboard-http` crate it
 //! shares with the workers; [`error`] is that crate's), [`redis`] (the per-core pipelined
 //! client), [`store`] (the Redis layout: keys, records, scripts), [`answers`] (every answer the
@@ -26,6 +26,7 @@ pub mod registry;
 pub mod routes;
 pub mod runtime;
 pub mod store;
+pub mod text;
 pub mod upstream;
 
 pub use pinboard_http as http;

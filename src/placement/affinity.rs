@@ -1,59 +1,36 @@
 //! The affinity key of a request: what keeps one client on one worker when a new placement is
 //! made (`affinity` in the configuration). `None` skips the preference.
 
-use std::fmt::{self, Write};
+use std::fmt::Write;
 use std::net::IpAddr;
-use std::ops::Deref;
 
 use http::header;
 use ipnet::IpNet;
-use smallvec::SmallVec;
 
 use crate::config::Affinity;
 use crate::http::Request;
+use crate::text::InlineStr;
 
 /// A request's affinity key, copied out of the request (which the forward goes on to consume)
 /// onto the stack when it fits, as an address always does: no allocation per request.
-pub struct Key(SmallVec<[u8; 64]>);
+pub type Key = InlineStr<64>;
 
-impl Key {
-    fn copied(text: &str) -> Key {
-        Key(SmallVec::from_slice(text.as_bytes()))
-    }
-
-    fn address(ip: IpAddr) -> Key {
-        let mut key = Key(SmallVec::new());
-        write!(key, "{ip}").expect("writing to memory");
-        key
-    }
-}
-
-impl Write for Key {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
-}
-
-impl Deref for Key {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // SAFETY: built only from whole `&str`s (`copied`, `write_str`).
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
-    }
+fn address(ip: IpAddr) -> Key {
+    let mut key = Key::default();
+    write!(key, "{ip}").expect("writing to memory");
+    key
 }
 
 pub fn key(affinity: &Affinity, trusted: &[IpNet], req: &Request<'_>) -> Option<Key> {
     match affinity {
         Affinity::None => None,
-        Affinity::Ip => Some(Key::address(client_ip(req.peer.ip(), trusted, req))),
+        Affinity::Ip => Some(address(client_ip(req.peer.ip(), trusted, req))),
         Affinity::Header(name) => req
             .head
             .headers
             .get(name.as_str())
             .and_then(|v| v.to_str().ok())
-            .map(Key::copied),
+            .map(Key::from),
         Affinity::Query(name) => req
             .head
             .uri
@@ -64,7 +41,7 @@ pub fn key(affinity: &Affinity, trusted: &[IpNet], req: &Request<'_>) -> Option<
                 None if pair == name => Some(""),
                 _ => None,
             })
-            .map(Key::copied),
+            .map(Key::from),
         Affinity::Cookie(name) => req
             .head
             .headers
@@ -76,7 +53,7 @@ pub fn key(affinity: &Affinity, trusted: &[IpNet], req: &Request<'_>) -> Option<
                 let (k, v) = pair.trim().split_once('=')?;
                 (k == name).then_some(v)
             })
-            .map(Key::copied),
+            .map(Key::from),
     }
 }
 

@@ -132,29 +132,7 @@ impl Reply {
 /// A short string out of a reply, UTF-8 checked and kept inline: what the data plane keeps
 /// of a resolve (the owner's session, the epoch) costs no allocation, and holds no reference to
 /// the connection's read buffer, which can then be reused in place for the next replies.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Text(smallvec::SmallVec<[u8; 64]>);
-
-impl From<&str> for Text {
-    fn from(text: &str) -> Text {
-        Text(smallvec::SmallVec::from_slice(text.as_bytes()))
-    }
-}
-
-impl std::ops::Deref for Text {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // SAFETY: built only from a `&str`.
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
-    }
-}
-
-impl std::fmt::Debug for Text {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Debug::fmt(&**self, f)
-    }
-}
+pub type Text = crate::text::InlineStr<64>;
 
 #[cfg(test)]
 mod tests {

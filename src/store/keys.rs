@@ -5,11 +5,9 @@
 //! Two kinds of slot, each a Redis Cluster hash tag so that one script touches one slot:
 //! the registry's `{prefix}{r}:` and one per placement bucket, `{prefix}{b}:`.
 
-use std::fmt;
-use std::ops::Deref;
-
 use sha2::{Digest, Sha256};
-use smallvec::SmallVec;
+
+use crate::text::InlineStr;
 
 /// The placement bucket of an instance id: the first 8 hex digits of sha256(id), i.e. the first
 /// four digest bytes read big-endian, modulo `shards` (≥ 1).
@@ -152,76 +150,34 @@ impl Keys {
     /// Set: the sessions serving `{hostname}{ns}` in a bucket (`hostname` is `""` in single
     /// mode).
     pub fn nsw(&self, bucket: u32, hostname: &str, ns: &str) -> KeyName {
-        KeyName::of(&[&self.buckets[bucket as usize], "nsw:", hostname, ns])
+        KeyName::concat(&[&self.buckets[bucket as usize], "nsw:", hostname, ns])
     }
 
     /// The same list by its name, `{hostname}{ns}` ([`super::BucketCopy::list_names`]).
     pub fn nsw_named(&self, bucket: u32, name: &str) -> KeyName {
-        KeyName::of(&[&self.buckets[bucket as usize], "nsw:", name])
+        KeyName::concat(&[&self.buckets[bucket as usize], "nsw:", name])
     }
 
     /// Hash: id → [`super::PlacementRow`] of (bucket, env, namespace).
     pub fn placements(&self, bucket: u32, env: &str, ns: &str) -> KeyName {
-        KeyName::of(&[&self.buckets[bucket as usize], env, ":", ns, ":placements"])
+        KeyName::concat(&[&self.buckets[bucket as usize], env, ":", ns, ":placements"])
     }
 
     /// Hash: id → epoch of the row a re-placement displaced, until the new owner serves.
     pub fn overwritten(&self, bucket: u32, env: &str, ns: &str) -> KeyName {
-        KeyName::of(&[&self.buckets[bucket as usize], env, ":", ns, ":overwritten"])
+        KeyName::concat(&[&self.buckets[bucket as usize], env, ":", ns, ":overwritten"])
     }
 
     /// Sorted set: id → due time (ms) of its scheduled wake (contract §7).
     pub fn wake(&self, bucket: u32, env: &str, ns: &str) -> KeyName {
-        KeyName::of(&[&self.buckets[bucket as usize], env, ":", ns, ":wake"])
+        KeyName::concat(&[&self.buckets[bucket as usize], env, ":", ns, ":wake"])
     }
 }
 
 /// A key name that names an env, namespace or hostname, built per call on the stack when it
 /// fits (as it does for any sane name): the data plane names three of them per resolve, and a
 /// `String` each was three heap allocations per request.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeyName(SmallVec<[u8; 128]>);
-
-impl KeyName {
-    fn of(parts: &[&str]) -> KeyName {
-        let mut name = SmallVec::with_capacity(parts.iter().map(|p| p.len()).sum());
-        for part in parts {
-            name.extend_from_slice(part.as_bytes());
-        }
-        KeyName(name)
-    }
-
-    pub fn as_str(&self) -> &str {
-        self
-    }
-}
-
-impl Deref for KeyName {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // SAFETY: built only by `KeyName::of`, from whole `&str`s.
-        unsafe { std::str::from_utf8_unchecked(&self.0) }
-    }
-}
-
-impl fmt::Display for KeyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self)
-    }
-}
-
-impl fmt::Debug for KeyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&**self, f)
-    }
-}
-
-impl PartialEq<&str> for KeyName {
-    fn eq(&self, other: &&str) -> bool {
-        &**self == *other
-    }
-}
+pub type KeyName = InlineStr<128>;
 
 #[cfg(test)]
 mod tests {
