@@ -112,23 +112,18 @@ fn redis_killed_mid_load_never_answers_500_and_recovers() {
 
 #[test]
 fn redis_paused_past_the_timeout_answers_503_then_serves() {
-    let redis = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let redis = RedisServer::start();
     let f = Fixture::on(redis, &[("PINBOARD_REDIS_TIMEOUT_MS", "300")]);
     f.warm();
     let worker = TestWorker::start("w");
     let session = f.registered(&worker, "w1");
     assert_eq!(get(f.node.addr, "/threads/p", None).status, 200);
 
-    // DEBUG SLEEP blocks the server (redis-cli waits for it on its own thread).
-    let port = f.redis.port();
-    let sleeper = std::thread::spawn(move || {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "2"])
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
-    });
-    std::thread::sleep(Duration::from_millis(200));
+    // Paused for as long as the checks below take: the node's connection stays open, its
+    // commands go unanswered and time out. (A `DEBUG SLEEP` from a redis-cli spawned on the
+    // side, as this test once used, starts and ends on the clock: a loaded machine could start
+    // it too late for the first request, or end it before the heartbeat.)
+    f.redis.pause();
     let r = get(f.node.addr, "/threads/p", None);
     assert_eq!(
         (r.status, r.text().as_str(), r.header("retry-after")),
@@ -136,7 +131,7 @@ fn redis_paused_past_the_timeout_answers_503_then_serves() {
     );
     let beat = f.heartbeat(&worker, &session, json!({}));
     assert_eq!(beat.status, 503, "{}", beat.text());
-    sleeper.join().unwrap();
+    f.redis.resume();
     assert!(eventually(Duration::from_secs(5), || get(
         f.node.addr,
         "/threads/p",

@@ -76,13 +76,37 @@ pub(crate) fn spawn_control<A: App>(
 /// threads agree and a forced io_uring the kernel refuses fails the start.
 pub(crate) fn choose_driver(driver: DriverKind) -> Result<DriverKind, String> {
     match driver {
-        DriverKind::Auto if monoio::utils::detect_uring() => Ok(DriverKind::IoUring),
+        DriverKind::Auto if uring_available() => Ok(DriverKind::IoUring),
         DriverKind::Auto => Ok(DriverKind::Epoll),
-        DriverKind::IoUring if !monoio::utils::detect_uring() => {
+        DriverKind::IoUring if !uring_available() => {
             Err("driver io_uring: the kernel does not offer the io_uring operations needed".into())
         }
         chosen => Ok(chosen),
     }
+}
+
+/// Whether the kernel offers the io_uring operations monoio needs, probed on a throwaway
+/// thread, never on the caller's.
+///
+/// The probe (monoio's `detect_uring`, once per process) sets up a ring and drops it, which
+/// registers the probing thread with io_uring. The kernel tears a closed ring down later, from
+/// a work queue, and then interrupts every thread registered with it (task work with
+/// `TWA_SIGNAL`) to detach it: whatever blocking call that thread is in at that moment returns
+/// early, and one that cannot be restarted, such as a socket read with `SO_RCVTIMEO` set, fails
+/// with `EINTR` though no signal was sent. Probed on the caller's thread, that hit the
+/// embedding application's (or a test's) next blocking read some milliseconds after
+/// [`Worker::start`](crate::Worker::start), later on a loaded machine. A thread is detached as
+/// it exits, so once the probing thread is joined the teardown has no one left to interrupt.
+pub(crate) fn uring_available() -> bool {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("pinned-uring-probe".into())
+            .spawn_scoped(scope, monoio::utils::detect_uring)
+            .map(|probe| probe.join().unwrap_or(false))
+            // No thread to spare (the process is at its limit): probe here after all, a wrong
+            // answer being worse than an early EINTR.
+            .unwrap_or_else(|_| monoio::utils::detect_uring())
+    })
 }
 
 /// Runs `future` on a fresh event loop of the chosen driver.

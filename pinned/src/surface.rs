@@ -282,7 +282,7 @@ mod tests {
     use crate::attest::tests::{mint, mint_forward, mint_with};
     use crate::config::Config;
     use crate::registry::Registry;
-    use crate::runtime::{bind, choose_driver, spawn_serving};
+    use crate::runtime::{bind, choose_driver, spawn_serving, uring_available};
     use crate::test_http::{Client, Reply};
 
     /// Answers with what it was told about the instance, and the request body.
@@ -765,7 +765,7 @@ mod tests {
     #[test]
     fn both_drivers_serve_and_stop() {
         let mut drivers = vec![DriverKind::Epoll];
-        if monoio::utils::detect_uring() {
+        if uring_available() {
             drivers.push(DriverKind::IoUring);
         }
         for driver in drivers {

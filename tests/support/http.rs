@@ -159,6 +159,10 @@ impl Client {
         self.stream.shutdown(std::net::Shutdown::Write).unwrap();
     }
 
+    /// Reads what the socket has; 0 at an end of stream, a timeout, or an error. The callers'
+    /// messages say "closed", so an error other than a timeout is printed: a reset or an
+    /// `EINTR` (which a worker's io_uring probe once caused here, see pinned's
+    /// `runtime::uring_available`) is then told apart from a clean close.
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 16384];
         match self.stream.read(&mut chunk) {
@@ -166,7 +170,13 @@ impl Client {
                 self.buf.extend_from_slice(&chunk[..n]);
                 n
             }
-            Err(_) => 0,
+            Err(e) => {
+                use std::io::ErrorKind::{TimedOut, WouldBlock};
+                if !matches!(e.kind(), WouldBlock | TimedOut) {
+                    eprintln!("test http client: read failed: {e} ({:?})", e.kind());
+                }
+                0
+            }
         }
     }
 

@@ -124,6 +124,39 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server with SIGSTOP and returns once the kernel reports every one of its
+    /// threads stopped: from then on it answers nothing (connections stay open and what
+    /// clients send waits in the socket buffers) until `resume`. Unlike a `DEBUG SLEEP`, the
+    /// pause starts before this returns and lasts as long as the test needs, however slow the
+    /// machine.
+    pub fn pause(&self) {
+        let pid = self.signal("STOP");
+        let deadline = Instant::now() + READY_WITHIN;
+        while !all_threads_stopped(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server {pid} not stopped within {READY_WITHIN:?}"
+            );
+            sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Lets a `pause`d server run again (SIGCONT); it then answers what queued up meanwhile.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// Sends SIGname to the running server with kill(1); its pid.
+    fn signal(&self, name: &str) -> u32 {
+        let pid = self.child.as_ref().expect("redis-server is running").id();
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid}: {status}");
+        pid
+    }
+
     /// Stops the server if running, then starts it again on the same port and config. This
     /// returns before clients notice the restart: a test that wants to see a client reconnect
     /// should `stop`, wait for the client to notice, then `restart`.
@@ -174,6 +207,20 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("bind an ephemeral port")
         .port()
+}
+
+/// True when every thread of `pid` is in state `T` (stopped) by /proc.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // `tid (comm) state …`: the state follows the last `)`, comm may hold any.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
 }
 
 /// Up means answering PING, or refusing it for want of a password.
