@@ -20,8 +20,9 @@
 //!
 //! Modules depend one way, each only on those listed before it (unit tests aside: surface's
 //! start serving threads through `runtime`):
-//! - `config`, `attest`, `epoch`, `registry`: pure parts and the registry client, importing no
-//!   other module of the crate;
+//! - `attest`, `epoch`, `registry`: pure parts and the registry client, importing no other
+//!   module of the crate; `durable` (the [`DurabilityStore`], [`FileStore`], the wakes under
+//!   way), importing `epoch`; `config`, importing `durable`'s trait;
 //! - `held`: the sharded map of held instances and their epochs;
 //! - `state`: what the threads share (identity, stop `Signal`s, protocol state, `Message`s);
 //! - `handle`: the application's [`Handle`] on that state;
@@ -53,6 +54,7 @@ mod app;
 mod attest;
 mod config;
 mod control;
+mod durable;
 mod epoch;
 mod handle;
 mod held;
@@ -65,6 +67,7 @@ mod worker;
 pub use app::{App, Event, Instance};
 pub use attest::Attestation;
 pub use config::{Config, Takeover};
+pub use durable::{DurabilityStore, FileStore};
 pub use epoch::Epoch;
 pub use handle::{Handle, Held, Status};
 pub use pinboard_http::error::Error;
