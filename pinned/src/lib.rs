@@ -15,8 +15,8 @@
 //! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) comes from
 //! `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
 //! names, attestation purposes and takeover policies from `pinboard-protocol`. Neither is the
-//! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] and
-//! [`DriverKind`] are re-exported for applications.
+//! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] (with its
+//! [`Origin`]) and [`DriverKind`] are re-exported for applications.
 //!
 //! Modules depend one way, each only on those listed before it (unit tests aside: surface's
 //! start serving threads through `runtime`):
@@ -70,7 +70,7 @@ pub use config::{Config, Takeover};
 pub use durable::{DurabilityStore, FileStore};
 pub use epoch::Epoch;
 pub use handle::{Handle, Held, Status};
-pub use pinboard_http::error::Error;
+pub use pinboard_http::error::{Error, Origin};
 pub use pinboard_http::{DriverKind, Request, Response};
 pub use registry::CallError;
 pub use state::Message;

@@ -35,12 +35,23 @@ pub fn now() -> u64 {
 /// An attestation as Pinboard signs it, minted with an independent JWT implementation.
 /// The attestation Pinboard signs onto a forward of `path` (`/{ns}/{id}...`) at `epoch`.
 pub fn attestation(secret: &str, session: &str, path: &str, epoch: &str) -> String {
+    attestation_for("forward", secret, session, path, epoch)
+}
+
+/// As [`attestation`], for another `purpose` (`"wake"` for the durability sweep's `_wake`).
+pub fn attestation_for(
+    purpose: &str,
+    secret: &str,
+    session: &str,
+    path: &str,
+    epoch: &str,
+) -> String {
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     header.typ = Some("pinboard+jwt".into());
     let inst: String = path.split('/').take(3).collect::<Vec<_>>().join("/");
     let claims = serde_json::json!({
         "aud": session, "iat": now(), "exp": now() + 30,
-        "purpose": "forward", "inst": inst, "epoch": epoch,
+        "purpose": purpose, "inst": inst, "epoch": epoch,
     });
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
     jsonwebtoken::encode(&header, &claims, &key).unwrap()
