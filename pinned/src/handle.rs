@@ -130,12 +130,7 @@ impl Handle {
     /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
     /// wrote it: false when the placement moved on meanwhile.
     pub async fn tag(&self, ns: &str, id: &str, tag: &str) -> Result<bool, CallError> {
-        let epoch = self
-            .shared
-            .held
-            .epoch_of(ns, id)
-            .ok_or_else(|| not_held(ns, id))?;
-        let session = self.session_id().ok_or(CallError::NoSession)?;
+        let (epoch, session) = self.quote(ns, id)?;
         let body = TagRequest {
             row: ReleaseRow {
                 session_id: session,
@@ -190,12 +185,7 @@ impl Handle {
         at_ms: Option<u64>,
     ) -> Result<bool, CallError> {
         let store = self.store().ok_or(CallError::NoStore)?;
-        let epoch = self
-            .shared
-            .held
-            .epoch_of(ns, id)
-            .ok_or_else(|| not_held(ns, id))?;
-        let session = self.session_id().ok_or(CallError::NoSession)?;
+        let (epoch, session) = self.quote(ns, id)?;
         match at_ms {
             Some(at_ms) => store.schedule(ns, id, at_ms),
             None => store.cancel(ns, id),
@@ -206,6 +196,19 @@ impl Handle {
         read_answer::<ScheduleAnswer>(answer)
             .map(|a| a.scheduled > 0)
             .ok_or(CallError::BadAnswer { status: 200 })
+    }
+}
+
+impl Handle {
+    /// What a call about the held `(ns, id)` quotes: the epoch it is held at, the session.
+    fn quote(&self, ns: &str, id: &str) -> Result<(Epoch, String), CallError> {
+        let epoch = self
+            .shared
+            .held
+            .epoch_of(ns, id)
+            .ok_or_else(|| not_held(ns, id))?;
+        let session = self.session_id().ok_or(CallError::NoSession)?;
+        Ok((epoch, session))
     }
 }
 

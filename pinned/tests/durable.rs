@@ -15,14 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pinned::{
-    App, Config, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response,
-    Worker,
+    App, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response, Worker,
 };
 use serde_json::{Value, json};
 use support::http::{Client, Reply};
-use support::node::{Node, token};
+use support::node::Node;
 use support::redis::RedisServer;
-use support::{attestation, attestation_for, eventually};
+use support::{attestation, attestation_for, eventually, registered};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {
@@ -230,19 +229,10 @@ impl Fleet {
     }
 
     fn worker(&self, app: &Sleeper, store: Option<Arc<FileStore>>) -> Worker {
-        let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
-        let mut config = Config::new(&self.node.url(), &token, "worker-1", &["/threads"]);
-        config.call_timeout = Duration::from_secs(5);
-        config.durability = store.map(|s| s as Arc<dyn DurabilityStore>);
-        config.wake_wait = Duration::from_millis(300);
-        let worker = Worker::start(config, app.clone()).unwrap();
-        let handle = worker.handle();
-        assert!(
-            eventually(Duration::from_secs(15), || handle.session_id().is_some()),
-            "no registration:\n{}",
-            self.node.log()
-        );
-        worker
+        registered(&self.node, ACCOUNT, &["/threads"], app.clone(), |config| {
+            config.durability = store.map(|s| s as Arc<dyn DurabilityStore>);
+            config.wake_wait = Duration::from_millis(300);
+        })
     }
 }
 

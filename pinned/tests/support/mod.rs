@@ -11,8 +11,33 @@ pub mod node;
 pub mod redis;
 
 use std::future::Future;
+use std::time::Duration;
 
 pub use node::eventually;
+use pinned::{App, Config, Worker};
+
+/// A worker of `account` (with the `pinboard:worker` scope, every namespace) serving
+/// `namespaces` for `app`, registered with `node`: returns once it holds a session.
+pub fn registered<A: App>(
+    node: &node::Node,
+    account: &str,
+    namespaces: &[&str],
+    app: A,
+    configure: impl FnOnce(&mut Config),
+) -> Worker {
+    let token = node::token(account, &["pinboard:worker"], &["*"]);
+    let mut config = Config::new(&node.url(), &token, "worker-1", namespaces);
+    config.call_timeout = Duration::from_secs(5);
+    configure(&mut config);
+    let worker = Worker::start(config, app).unwrap();
+    let handle = worker.handle();
+    assert!(
+        eventually(Duration::from_secs(15), || handle.session_id().is_some()),
+        "no registration:\n{}",
+        node.log()
+    );
+    worker
+}
 
 /// Runs `future` on a throwaway monoio event loop (for [`pinned::Handle`]'s async calls from a
 /// test thread).
