@@ -25,6 +25,63 @@ use crate::epoch::Epoch;
 ///
 /// `ns` and `id` come from request paths and are untrusted: an implementation must keep any
 /// value, however hostile, from naming anything but its own entry.
+///
+/// The application decides when to save: [`Handle::store`](crate::Handle::store) hands it the
+/// store in a request or in [`App::on_wake`](crate::App::on_wake), which gets what was saved.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::{Duration, SystemTime};
+///
+/// use pinned::{App, Config, Error, FileStore, Handle, Instance, Origin, Request, Response, Worker};
+///
+/// /// `POST /reminders/{id}` starts a reminder that fires every minute, worker or no worker.
+/// struct Reminders;
+///
+/// impl Reminders {
+///     /// Saves how often it fired, and asks to be woken in a minute.
+///     async fn save_and_schedule(&self, worker: &Handle, instance: &Instance, fired: u64)
+///         -> Result<(), Error>
+///     {
+///         let (ns, id) = (&instance.ns, &instance.id);
+///         let store = worker.store().expect("started with a store");
+///         store.save(ns, id, fired.to_string().as_bytes())
+///             .map_err(|e| Error::because(Origin::Host, "saving a reminder", e))?;
+///         let next = SystemTime::now() + Duration::from_secs(60);
+///         worker.schedule_wake(ns, id, next).await
+///             .map_err(|e| Error::because(Origin::Upstream, "scheduling a reminder", e))?;
+///         Ok(())
+///     }
+/// }
+///
+/// impl App for Reminders {
+///     async fn handle(&self, worker: &Handle, instance: &Instance, _: &mut Request<'_>)
+///         -> Result<Response, Error>
+///     {
+///         self.save_and_schedule(worker, instance, 0).await?;
+///         Ok(Response::text(http::StatusCode::ACCEPTED, "reminding\n"))
+///     }
+///
+///     /// A minute passed: on this worker or, if the last one died, on the one the node's
+///     /// sweep placed the reminder on, with what was saved.
+///     async fn on_wake(&self, worker: &Handle, instance: &Instance, state: Option<Vec<u8>>)
+///         -> Result<(), Error>
+///     {
+///         let Some(fired) = state.and_then(|s| String::from_utf8(s).ok()?.parse::<u64>().ok())
+///         else {
+///             return Ok(()); // never started, or forgotten meanwhile
+///         };
+///         println!("{}/{}: reminder {}", instance.ns, instance.id, fired + 1);
+///         self.save_and_schedule(worker, instance, fired + 1).await
+///     }
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut config = Config::new("http://127.0.0.1:8080", "TOKEN", "reminders-1", &["/reminders"]);
+/// config.durability = Some(Arc::new(FileStore::open("/var/lib/reminders")?));
+/// let worker = Worker::start(config, Reminders)?;
+/// # Ok(()) }
+/// ```
 pub trait DurabilityStore: Send + Sync + 'static {
     /// The state last saved for `(ns, id)`; `None` when there is none.
     fn load(&self, ns: &str, id: &str) -> io::Result<Option<Vec<u8>>>;

@@ -10,7 +10,10 @@
 //!   when the registry lost its session (reclaiming what it holds), delivers wind-down messages
 //!   and acks them (`control`);
 //! - releases and tags placements on request ([`Handle`]), and on a graceful
-//!   [`Worker::shutdown`] releases everything it holds and deregisters.
+//!   [`Worker::shutdown`] releases everything it holds and deregisters;
+//! - with a [`DurabilityStore`] ([`Config::durability`], [`FileStore`]), serves the durability
+//!   sweep's `POST /{ns}/{id}/_wake` through [`App::on_wake`] and schedules wakes
+//!   ([`Handle::schedule_wake`]) with the node (contract §7).
 //!
 //! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) comes from
 //! `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
