@@ -150,9 +150,9 @@ impl Handle {
 impl Handle {
     /// The durability store the worker was configured with
     /// ([`Config::durability`](crate::Config::durability)): where the application saves its
-    /// durable instances' state, when it sees fit.
-    pub fn store(&self) -> Option<&dyn DurabilityStore> {
-        self.shared.config.durability.as_deref()
+    /// durable instances' state, when it sees fit (cloned, on a thread of its own too).
+    pub fn store(&self) -> Option<&Arc<dyn DurabilityStore>> {
+        self.shared.config.durability.as_ref()
     }
 
     /// Asks the node to wake the held `(ns, id)` at `at` (contract §7): the wake is recorded in
