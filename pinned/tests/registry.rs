@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
-use support::{attestation, block_on, eventually};
+use support::{attestation, block_on, eventually, registered};
 
 const LEASE_MS: u64 = 2000;
 const ACCOUNT: &str = "acct-1";
@@ -75,18 +75,8 @@ impl Fleet {
     }
 
     fn worker(&self, app: &Recorder, configure: impl FnOnce(&mut Config)) -> Worker {
-        let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
-        let mut config = Config::new(&self.node.url(), &token, "worker-1", &["/threads", "/docs"]);
-        config.call_timeout = Duration::from_secs(5);
-        configure(&mut config);
-        let worker = Worker::start(config, app.clone()).unwrap();
-        let handle = worker.handle();
-        assert!(
-            eventually(Duration::from_secs(15), || handle.session_id().is_some()),
-            "no registration:\n{}",
-            self.node.log()
-        );
-        worker
+        let namespaces = ["/threads", "/docs"];
+        registered(&self.node, ACCOUNT, &namespaces, app.clone(), configure)
     }
 
     /// The placements hash of `(ns, id)` in single mode (contract §5).
