@@ -2,6 +2,8 @@
 //! `Accept` asks for it), for operators whose credential sees
 //! the whole fleet (every namespace, unrestricted hostnames and envs).
 
+use std::sync::atomic::Ordering;
+
 use http::{HeaderValue, StatusCode, header};
 use tracing::error;
 
@@ -26,6 +28,11 @@ pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Respo
         connections_refused: shared.counters.iter().map(|c| c.refused()).sum(),
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
+        sweeps: shared.sweeps.passes.load(Ordering::Relaxed),
+        swept: vec![
+            ("placement", shared.sweeps.rows.load(Ordering::Relaxed)),
+            ("overwritten", shared.sweeps.markers.load(Ordering::Relaxed)),
+        ],
     };
     let format = Format::from_accept(req.header(header::ACCEPT).map(|v| v.as_bytes()));
     match metrics::render(snapshot, format) {

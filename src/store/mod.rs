@@ -11,7 +11,7 @@ mod keys;
 mod records;
 pub mod scripts;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,7 +27,7 @@ pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
 };
-use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP};
+use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP, SWEEP_ROWS, SWEEPER};
 
 /// One core's view of the store: its Redis connection and the key names.
 pub struct Store {
@@ -167,13 +167,31 @@ impl Store {
     /// `HSCAN … COUNT 250` per [`RowPages::next`], never one read of a whole bucket. With
     /// `id_prefix`, only ids that start with it (`MATCH`; Redis still walks the same pages).
     pub fn row_pages<'s>(&'s self, env: &str, ns: &str, id_prefix: Option<&str>) -> RowPages<'s> {
-        RowPages {
+        let pattern = id_prefix.map(|p| format!("{}*", glob_escape(p)));
+        RowPages(self.hash_pages(Keys::placements, env, ns, pattern))
+    }
+
+    /// The overwritten markers of (env, ns), bucket after bucket, a page at a time, as
+    /// (id, marker) pairs: the sweeper's walk of them.
+    pub fn marker_pages<'s>(&'s self, env: &str, ns: &str) -> HashPages<'s> {
+        self.hash_pages(Keys::overwritten, env, ns, None)
+    }
+
+    fn hash_pages<'s>(
+        &'s self,
+        hash: fn(&Keys, u32, &str, &str) -> KeyName,
+        env: &str,
+        ns: &str,
+        pattern: Option<String>,
+    ) -> HashPages<'s> {
+        HashPages {
             store: self,
+            hash,
             env: env.to_owned(),
             ns: ns.to_owned(),
-            pattern: id_prefix.map(|p| format!("{}*", glob_escape(p))),
+            pattern,
             bucket: 0,
-            key: self.keys.placements(0, env, ns),
+            key: hash(&self.keys, 0, env, ns),
             cursor: None,
             pace: false,
             started: None,
@@ -490,6 +508,93 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Claims (or renews) the sweeper lease for `node_id`: whether this node holds it now.
+    pub async fn claim_sweeper(&self, node_id: &str) -> Result<bool, Error> {
+        self.sweeper_lease(b"claim", node_id).await
+    }
+
+    /// Gives the sweeper lease up, if `node_id` holds it (a graceful stop).
+    pub async fn release_sweeper(&self, node_id: &str) -> Result<bool, Error> {
+        self.sweeper_lease(b"release", node_id).await
+    }
+
+    async fn sweeper_lease(&self, op: &[u8], node_id: &str) -> Result<bool, Error> {
+        let held = self
+            .run_int(
+                &SWEEPER,
+                &[self.keys.sweeper().as_bytes()],
+                &[op, node_id.as_bytes(), self.lease.as_bytes()],
+            )
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// The liveness entries of `bucket`: each session's copy's expiry (ms). One `HGETALL`:
+    /// the hash holds one entry per worker session, not one per placement.
+    pub async fn liveness(&self, bucket: u32) -> Result<HashMap<String, u64>, Error> {
+        let key = &self.keys.bucket(bucket).alive;
+        let reply = self.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
+        // '{expiry} {hostname}', as bucket_worker.lua writes it.
+        Ok(reply
+            .pairs()
+            .filter_map(|(session, entry)| {
+                let expiry = entry.split(|b| *b == b' ').next()?;
+                let expiry = std::str::from_utf8(expiry).ok()?.parse().ok()?;
+                Some((session.to_owned(), expiry))
+            })
+            .collect())
+    }
+
+    /// The sweeper's GC of (env, ns) in `bucket` for `ids` (at most [`SCRIPT_PAGE`]): the
+    /// dead-owner rows among them, or the overwritten markers without a row. How many went.
+    pub async fn sweep(
+        &self,
+        bucket: u32,
+        env: &str,
+        ns: &str,
+        what: Sweep,
+        ids: &[&str],
+    ) -> Result<u64, Error> {
+        debug_assert!(ids.len() <= SCRIPT_PAGE);
+        let (placements, overwritten, wake) = (
+            self.keys.placements(bucket, env, ns),
+            self.keys.overwritten(bucket, env, ns),
+            self.keys.wake(bucket, env, ns),
+        );
+        let copies = self.keys.bucket(bucket);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 1);
+        args.push(match what {
+            Sweep::DeadOwnerRows => b"rows",
+            Sweep::MarkersWithoutRow => b"markers",
+        });
+        args.extend(ids.iter().map(|id| id.as_bytes()));
+        let deleted = self
+            .run_int(
+                &SWEEP_ROWS,
+                &[
+                    placements.as_bytes(),
+                    overwritten.as_bytes(),
+                    wake.as_bytes(),
+                    copies.alive.as_bytes(),
+                    copies.workers.as_bytes(),
+                ],
+                &args,
+            )
+            .await?;
+        Ok(deleted.try_into().unwrap_or(0))
+    }
+}
+
+/// What a sweep of a page deletes ([`Store::sweep`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sweep {
+    /// Placement rows whose owner is gone or dead, unless scheduled or fenced.
+    DeadOwnerRows,
+    /// Overwritten markers whose id has no row.
+    MarkersWithoutRow,
+}
+
 /// How many fields one page of a hash walk asks for (`HSCAN … COUNT`): no single Redis call
 /// touches more than about a page of a structure that grows with placements, whatever the
 /// fleet's size (contract §6). Over buckets of 62,500 rows (a million placements, 16 shards)
@@ -504,18 +609,21 @@ const PAGE_STR: &str = "250";
 /// machine 100 rows took a `wind_down.lua` call 0.5–1 ms, 1000 rows 10–15 ms.
 pub const SCRIPT_PAGE: usize = 100;
 
-/// A walk over the placement rows of one (env, ns), bucket by bucket ([`Store::row_pages`]).
-pub struct RowPages<'s> {
+/// A walk over one hash of (env, ns) in every bucket, bucket by bucket: the placements
+/// ([`Store::row_pages`]) or the overwritten markers ([`Store::marker_pages`]).
+pub struct HashPages<'s> {
     store: &'s Store,
+    /// Which hash of a bucket.
+    hash: fn(&Keys, u32, &str, &str) -> KeyName,
     env: String,
     ns: String,
     pattern: Option<String>,
     bucket: u32,
-    /// The bucket's placements hash.
+    /// The bucket's hash.
     key: KeyName,
     /// Where the bucket's walk stands: `None` before its first page.
     cursor: Option<String>,
-    /// Paced ([`RowPages::paced`]): when the page before was asked for.
+    /// Paced ([`HashPages::paced`]): when the page before was asked for.
     pace: bool,
     started: Option<Instant>,
 }
@@ -523,26 +631,27 @@ pub struct RowPages<'s> {
 /// The longest a paced walk waits before a page.
 const MAX_PACE: Duration = Duration::from_millis(20);
 
-/// One page of rows, all of one bucket.
-pub struct RowPage {
+/// One page of a hash, all of one bucket.
+pub struct Page<T> {
     pub bucket: u32,
-    /// (id, row); rows that do not decode are left out. An id may come again in a later page
-    /// of the same bucket (never in another bucket's).
-    pub rows: Vec<(String, PlacementRow)>,
+    /// An entry may come again in a later page of the same bucket (never in another
+    /// bucket's).
+    pub entries: Vec<T>,
 }
 
-impl RowPages<'_> {
+impl HashPages<'_> {
     /// A walk that takes at most about half of the time it runs for: before each page it
     /// waits as long as the page before took (its HSCAN and what the caller did with it, up
-    /// to 20 ms). For a read in the background of the data plane (the overview): a walk
-    /// asking for page after page would take a core's worth of the node and of Redis.
+    /// to 20 ms). For a walk in the background of the data plane (the overview, the
+    /// sweeper): one asking for page after page would take a core's worth of the node and of
+    /// Redis.
     pub fn paced(mut self) -> Self {
         self.pace = true;
         self
     }
 
-    /// The next page with at least one row, or `None` once every bucket has been walked.
-    pub async fn next(&mut self) -> Result<Option<RowPage>, Error> {
+    /// The next page with at least one field, or `None` once every bucket has been walked.
+    pub async fn next(&mut self) -> Result<Option<Page<(String, Bytes)>>, Error> {
         let shards = self.store.keys.shards();
         while self.bucket < shards {
             if self.pace {
@@ -552,7 +661,7 @@ impl RowPages<'_> {
                 self.started = Some(Instant::now());
             }
             let cursor = self.cursor.as_deref().unwrap_or("0");
-            let (next, pairs) = self
+            let (next, entries) = self
                 .store
                 .scan_page(&self.key, cursor, self.pattern.as_deref())
                 .await?;
@@ -561,17 +670,42 @@ impl RowPages<'_> {
                 self.bucket += 1;
                 self.cursor = None;
                 if self.bucket < shards {
-                    self.key = self.store.keys.placements(self.bucket, &self.env, &self.ns);
+                    self.key = (self.hash)(&self.store.keys, self.bucket, &self.env, &self.ns);
                 }
             } else {
                 self.cursor = Some(next);
             }
-            let rows: Vec<(String, PlacementRow)> = pairs
+            if !entries.is_empty() {
+                return Ok(Some(Page { bucket, entries }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A walk over the placement rows of one (env, ns), bucket by bucket ([`Store::row_pages`]).
+pub struct RowPages<'s>(HashPages<'s>);
+
+impl RowPages<'_> {
+    /// See [`HashPages::paced`].
+    pub fn paced(self) -> Self {
+        RowPages(self.0.paced())
+    }
+
+    /// The next page with at least one row, as (id, row); rows that do not decode are left
+    /// out. `None` once every bucket has been walked.
+    pub async fn next(&mut self) -> Result<Option<Page<(String, PlacementRow)>>, Error> {
+        while let Some(page) = self.0.next().await? {
+            let entries: Vec<(String, PlacementRow)> = page
+                .entries
                 .into_iter()
                 .filter_map(|(id, raw)| Some((id, PlacementRow::decode(&raw)?)))
                 .collect();
-            if !rows.is_empty() {
-                return Ok(Some(RowPage { bucket, rows }));
+            if !entries.is_empty() {
+                return Ok(Some(Page {
+                    bucket: page.bucket,
+                    entries,
+                }));
             }
         }
         Ok(None)
