@@ -26,6 +26,7 @@ pub mod registry;
 pub mod routes;
 pub mod runtime;
 pub mod store;
+pub mod sweeper;
 pub mod text;
 pub mod upstream;
 

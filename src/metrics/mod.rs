@@ -68,6 +68,17 @@ impl CoreCounters {
     }
 }
 
+/// What the sweeper did on this node (contract §6): written by the one task that sweeps.
+#[derive(Default)]
+pub struct SweepCounters {
+    /// Passes run (each while this node held the sweeper lease).
+    pub passes: AtomicU64,
+    /// Placement rows deleted: their owner gone or dead.
+    pub rows: AtomicU64,
+    /// Overwritten markers deleted: their id had no row.
+    pub markers: AtomicU64,
+}
+
 /// Every core's counters, summed.
 pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
     OUTCOMES.iter().enumerate().map(move |(i, name)| {
@@ -87,6 +98,10 @@ pub struct Snapshot {
     pub connections_refused: u64,
     pub uptime_secs: f64,
     pub serving: bool,
+    /// Sweeper passes this node ran.
+    pub sweeps: u64,
+    /// What they deleted, by kind (`placement`, `overwritten`).
+    pub swept: Vec<(&'static str, u64)>,
 }
 
 impl Collector for Snapshot {
@@ -100,6 +115,22 @@ impl Collector for Snapshot {
         for (outcome, n) in &self.outcomes {
             let labels = [("outcome", *outcome)];
             ConstCounter::new(*n).encode(resolutions.encode_family(&labels)?)?;
+        }
+        let sweeps = ConstCounter::new(self.sweeps);
+        sweeps.encode(encoder.encode_descriptor(
+            "pinboard_sweeps",
+            "Sweeper passes this node ran while holding the sweeper lease",
+            None,
+            sweeps.metric_type(),
+        )?)?;
+        let mut swept = encoder.encode_descriptor(
+            "pinboard_swept_rows",
+            "What this node's sweeper passes deleted, by kind",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, n) in &self.swept {
+            ConstCounter::new(*n).encode(swept.encode_family(&[("kind", *kind)])?)?;
         }
         let refused = ConstCounter::new(self.connections_refused);
         refused.encode(encoder.encode_descriptor(
@@ -216,6 +247,8 @@ mod tests {
             connections_refused: 0,
             uptime_secs: 1.5,
             serving: true,
+            sweeps: 4,
+            swept: vec![("placement", 2), ("overwritten", 1)],
         }
     }
 

@@ -50,9 +50,13 @@ pub static BINDING: LazyLock<Script> = script!("binding");
 pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 /// Compare-and-set of a placement's owner tag.
 pub static TAG: LazyLock<Script> = script!("tag");
+/// The sweeper lease: claim (or renew) and release.
+pub static SWEEPER: LazyLock<Script> = script!("sweeper");
+/// The sweeper's GC of one page of a bucket: dead-owner rows, or markers without a row.
+pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 14] = [
+pub static ALL: [&LazyLock<Script>; 16] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -67,6 +71,8 @@ pub static ALL: [&LazyLock<Script>; 14] = [
     &BINDING,
     &OVERWRITTEN_CLEAR,
     &TAG,
+    &SWEEPER,
+    &SWEEP_ROWS,
 ];
 
 #[cfg(test)]
