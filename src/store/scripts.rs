@@ -50,13 +50,15 @@ pub static BINDING: LazyLock<Script> = script!("binding");
 pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 /// Compare-and-set of a placement's owner tag.
 pub static TAG: LazyLock<Script> = script!("tag");
+/// Compare-and-set of ids' wake entries (the wake schedule, contract §7).
+pub static SCHEDULE: LazyLock<Script> = script!("schedule");
 /// The sweeper lease: claim (or renew) and release.
 pub static SWEEPER: LazyLock<Script> = script!("sweeper");
 /// The sweeper's GC of one page of a bucket: dead-owner rows, or markers without a row.
 pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 16] = [
+pub static ALL: [&LazyLock<Script>; 17] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -71,6 +73,7 @@ pub static ALL: [&LazyLock<Script>; 16] = [
     &BINDING,
     &OVERWRITTEN_CLEAR,
     &TAG,
+    &SCHEDULE,
     &SWEEPER,
     &SWEEP_ROWS,
 ];
