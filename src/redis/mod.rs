@@ -11,6 +11,7 @@ mod connection;
 mod node;
 mod notify;
 mod script;
+mod slots;
 mod target;
 
 use bytes::Bytes;
