@@ -97,9 +97,7 @@ const MAX_REPLY: usize = 64 * 1024 * 1024;
 /// out and the frame's bytes are then `advance`d past, so `buf` stays the only owner of its
 /// allocation and the next read reuses it (splitting the frame off, as `decode_bytes_mut`
 /// does, shares the buffer with the reply, and the next `reserve` then allocates a new one).
-pub(crate) fn decode_reply(
-    buf: &mut BytesMut,
-) -> Result<Option<Result<Reply, RedisError>>, RedisError> {
+pub fn decode_reply(buf: &mut BytesMut) -> Result<Option<Result<Reply, RedisError>>, RedisError> {
     within_limits(buf)?;
     match decode_range(buf) {
         Ok(None) if buf.len() > MAX_REPLY => Err(protocol("a reply larger than the limit")),
