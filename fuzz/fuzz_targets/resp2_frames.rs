@@ -1,50 +1,42 @@
-//! RESP2 replies as `pinboard::redis` reads them off a Redis connection.
-//!
-//! Pinboard's own entry point, `redis::connection::decode_reply`, is crate-private, so this
-//! target drives the call it wraps, `redis_protocol::resp2::decode::decode_bytes_mut`, the way
-//! its `ReplyReader` does: decode replies while whole ones are buffered, read more otherwise.
+//! RESP2 replies as `pinboard::redis` reads them off a Redis connection: its `decode_reply`
+//! (the nesting and size bounds in front of redis-protocol's range decoder, then the copy into
+//! `Reply`), driven the way its reader does: decode replies while whole ones are buffered, read
+//! more otherwise.
 //!
 //! Input: bytes 0-1 are a split point, and the rest is what the server sends. Beyond "no
-//! panic", it checks that the bytes arriving in two reads give the same replies, the same error
-//! and the same leftover bytes as arriving in one, and that each reply consumes exactly the
-//! bytes it reports.
+//! panic" (and no stack overflow: a reply nested without bound must be refused, not recursed
+//! into), it checks that the bytes arriving in two reads give the same replies, the same refusal
+//! and the same leftover bytes as arriving in one.
 #![no_main]
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use redis_protocol::resp2::decode::decode_bytes_mut;
-use redis_protocol::resp2::types::BytesFrame;
+use pinboard::redis::{RedisError, Reply, decode_reply};
 
-/// Everything decoded once all `reads` have arrived: the replies, the error that would drop the
-/// connection (if any), and the bytes still buffered.
-fn run(reads: &[&[u8]]) -> (Vec<BytesFrame>, Option<String>, BytesMut) {
+/// Everything decoded once all `reads` have arrived: the replies (or the server's error
+/// replies), whether the stream was refused (the connection dropped: which check refused it
+/// first may depend on how much had arrived), and the bytes still buffered.
+type Decoded = (Vec<Result<Reply, RedisError>>, bool, BytesMut);
+
+fn run(reads: &[&[u8]]) -> Decoded {
     let mut buf = BytesMut::new();
     let mut replies = Vec::new();
-    let mut error = None;
+    let mut refused = false;
     for read in reads {
         buf.extend_from_slice(read);
-        while error.is_none() {
+        while !refused {
             let before = buf.len();
-            match decode_bytes_mut(&mut buf) {
-                Ok(Some((frame, amt, raw))) => {
-                    assert_eq!(
-                        raw.len(),
-                        amt,
-                        "a reply's bytes are not its reported length"
-                    );
-                    assert_eq!(
-                        buf.len() + amt,
-                        before,
-                        "a reply consumed other than its bytes"
-                    );
-                    replies.push(frame);
+            match decode_reply(&mut buf) {
+                Ok(Some(reply)) => {
+                    assert!(buf.len() < before, "a reply consumed no bytes");
+                    replies.push(reply);
                 }
                 Ok(None) => break,
-                Err(e) => error = Some(e.to_string()),
+                Err(_) => refused = true,
             }
         }
     }
-    (replies, error, buf)
+    (replies, refused, buf)
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -4,12 +4,12 @@
 
 use std::io;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
-use redis_protocol::resp2::decode::decode_bytes_mut;
-use redis_protocol::resp2::types::BytesFrame;
+use redis_protocol::resp2::decode::decode_range;
+use redis_protocol::resp2::types::RangeFrame;
 
 use super::{Endpoint, RedisError, Reply};
 
@@ -76,35 +76,139 @@ impl Decimal {
     }
 }
 
+/// The deepest nesting of arrays accepted in a reply. Ours nest at most three deep (`CLUSTER
+/// SLOTS`); redis-protocol's decoder recurses once per level with no limit of its own, and
+/// building and dropping a `Reply` recurse too, so a stream of `*1\r\n`s would overflow a core's
+/// stack (about 800 levels in a debug build, a few thousand in release) long before any
+/// length limit is reached.
+const MAX_DEPTH: usize = 32;
+
+/// The largest reply accepted, in bytes on the wire: one that declares more (in a bulk string's
+/// length) or has buffered more while still incomplete is refused. Far beyond anything this
+/// client reads (a binding hash, a page of 250 rows); a stream claiming more is garbled or
+/// hostile, and is dropped instead of buffered.
+const MAX_REPLY: usize = 64 * 1024 * 1024;
+
 /// Takes one complete reply off the front of `buf`. `Ok(None)` means the frame is not complete
 /// yet (read more and call again); `Err` means the stream is corrupt and must be dropped. The
 /// inner `Err` is the server's error reply.
-pub(crate) fn decode_reply(
-    buf: &mut BytesMut,
-) -> Result<Option<Result<Reply, RedisError>>, RedisError> {
-    match decode_bytes_mut(buf) {
+///
+/// redis-protocol's range decoder parses the frame in place; the reply's strings are copied
+/// out and the frame's bytes are then `advance`d past, so `buf` stays the only owner of its
+/// allocation and the next read reuses it (splitting the frame off, as `decode_bytes_mut`
+/// does, shares the buffer with the reply, and the next `reserve` then allocates a new one).
+pub fn decode_reply(buf: &mut BytesMut) -> Result<Option<Result<Reply, RedisError>>, RedisError> {
+    within_limits(buf)?;
+    match decode_range(buf) {
+        Ok(None) if buf.len() > MAX_REPLY => Err(protocol("a reply larger than the limit")),
         Ok(None) => Ok(None),
-        Ok(Some((frame, _, _))) => Ok(Some(into_reply(frame))),
+        Ok(Some((frame, len))) => {
+            let reply = into_reply(buf, frame)?;
+            buf.advance(len);
+            Ok(Some(reply))
+        }
         Err(e) => Err(RedisError::Protocol(e.to_string())),
     }
 }
 
-/// An error nested in an array (only MULTI/EXEC and odd script returns produce one) fails the
-/// whole reply: no caller here can act on partial results.
-fn into_reply(frame: BytesFrame) -> Result<Reply, RedisError> {
-    Ok(match frame {
-        BytesFrame::SimpleString(s) => Reply::Simple(s),
-        BytesFrame::Error(msg) => return Err(RedisError::Reply(msg.to_string())),
-        BytesFrame::Integer(n) => Reply::Int(n),
-        BytesFrame::BulkString(b) => Reply::Bulk(b),
-        BytesFrame::Array(items) => Reply::Array(
-            items
-                .into_iter()
-                .map(into_reply)
-                .collect::<Result<_, _>>()?,
-        ),
-        BytesFrame::Null => Reply::Nil,
-    })
+fn protocol(what: &str) -> RedisError {
+    RedisError::Protocol(what.to_string())
+}
+
+/// Rejects a first frame that nests deeper than `MAX_DEPTH` or declares more than `MAX_REPLY`
+/// bytes, as far as it is buffered, before the recursive decoder sees it. Reads only
+/// the frame's headers (type bytes and lengths, skipping bulk contents by their length); their
+/// syntax is the decoder's to check, so whatever this does not recognise it leaves to it.
+fn within_limits(buf: &[u8]) -> Result<(), RedisError> {
+    // Elements still to come in each array entered and not yet complete.
+    let mut open = [0u64; MAX_DEPTH];
+    let mut depth = 0;
+    let mut at = 0usize;
+    loop {
+        let Some(rest) = buf.get(at..) else {
+            return Ok(());
+        };
+        let Some(&kind) = rest.first() else {
+            return Ok(());
+        };
+        let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(());
+        };
+        let len = || std::str::from_utf8(&rest[1..eol]).ok()?.parse::<i64>().ok();
+        at += eol + 2;
+        match kind {
+            b'*' => match len() {
+                Some(n) if n > 0 => {
+                    if depth == MAX_DEPTH {
+                        return Err(protocol("a reply nested deeper than the limit"));
+                    }
+                    open[depth] = n as u64;
+                    depth += 1;
+                    continue;
+                }
+                // Empty or null: a leaf.
+                Some(_) => {}
+                None => return Ok(()),
+            },
+            b'$' => match len() {
+                Some(n) if n >= 0 => at = at.saturating_add((n as u64).saturating_add(2) as usize),
+                // Null (or a bad length, the decoder's to reject).
+                _ => {}
+            },
+            b'+' | b'-' | b':' => {}
+            _ => return Ok(()),
+        }
+        if at > MAX_REPLY {
+            return Err(protocol("a reply larger than the limit"));
+        }
+        // One leaf done: close every array it completes; the frame ends with the outermost.
+        loop {
+            let Some(last) = depth.checked_sub(1) else {
+                return Ok(());
+            };
+            open[last] -= 1;
+            if open[last] > 0 {
+                break;
+            }
+            depth = last;
+        }
+    }
+}
+
+/// The reply `frame` (ranges into `buf`) describes, its strings copied out. An error nested in
+/// an array (only MULTI/EXEC and odd script returns produce one) fails the whole reply: no
+/// caller here can act on partial results.
+fn into_reply(buf: &[u8], frame: RangeFrame) -> Result<Result<Reply, RedisError>, RedisError> {
+    let bytes = |(start, end): (usize, usize)| {
+        buf.get(start..end)
+            .ok_or_else(|| protocol("a frame range outside the buffer"))
+    };
+    Ok(Ok(match frame {
+        RangeFrame::SimpleString(range) => Reply::Simple(Bytes::copy_from_slice(bytes(range)?)),
+        RangeFrame::Error(range) => {
+            let msg = String::from_utf8_lossy(bytes(range)?).into_owned();
+            return Ok(Err(RedisError::Reply(msg)));
+        }
+        RangeFrame::Integer(n) => Reply::Int(n),
+        RangeFrame::BulkString(range) => {
+            // The decoder skips the two bytes after the contents without looking at them.
+            if bytes((range.1, range.1 + 2))? != b"\r\n" {
+                return Err(protocol("a bulk string not ended by CRLF"));
+            }
+            Reply::Bulk(Bytes::copy_from_slice(bytes(range)?))
+        }
+        RangeFrame::Array(frames) => {
+            let mut items = Vec::with_capacity(frames.len());
+            for frame in frames {
+                match into_reply(buf, frame)? {
+                    Ok(item) => items.push(item),
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+            Reply::Array(items)
+        }
+        RangeFrame::Null => Reply::Nil,
+    }))
 }
 
 /// Reads replies off a stream, one at a time, keeping any bytes of the next ones.
@@ -255,12 +359,118 @@ mod tests {
         );
     }
 
+    fn is_protocol_error(wire: &[u8]) -> bool {
+        matches!(
+            decode_reply(&mut BytesMut::from(wire)),
+            Err(RedisError::Protocol(_))
+        )
+    }
+
     #[test]
     fn garbage_is_a_protocol_error() {
-        let mut buf = BytesMut::from(&b"?what\r\n"[..]);
+        for wire in [
+            &b"?what\r\n"[..],
+            b"$-2\r\n",
+            b"*-2\r\n",
+            b"$x\r\nab\r\n",
+            b":12a\r\n",
+            b"$99999999999999999999999\r\n",
+            // A bulk string's contents run on past its length.
+            b"$1\r\nxyz\r\n",
+            b"*2\r\n$1\r\nxy\r\n:1\r\n",
+        ] {
+            assert!(
+                is_protocol_error(wire),
+                "{:?}",
+                String::from_utf8_lossy(wire)
+            );
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_it_is_decoded() {
+        let nested = |depth: usize, leaf: &[u8]| {
+            let mut wire = b"*1\r\n".repeat(depth);
+            wire.extend_from_slice(leaf);
+            wire
+        };
+        // Deep enough to overflow the stack of the decoder's recursion, even while incomplete.
+        assert!(is_protocol_error(&nested(100_000, b":1\r\n")));
+        assert!(is_protocol_error(&nested(100_000, b"")));
+        assert!(is_protocol_error(&nested(MAX_DEPTH + 1, b":1\r\n")));
+        // Nested deep but later in the frame, after a sibling whose contents look like a header.
+        let mut wire = b"*2\r\n$4\r\n*1\r\n\r\n".to_vec();
+        wire.extend_from_slice(&nested(MAX_DEPTH, b":1\r\n"));
+        assert!(is_protocol_error(&wire));
+        // At the limit it decodes; so do wide (not deep) arrays.
+        let mut buf = BytesMut::from(&nested(MAX_DEPTH, b":1\r\n")[..]);
+        let mut reply = decode_reply(&mut buf).unwrap().unwrap().unwrap();
+        for _ in 0..MAX_DEPTH {
+            let Reply::Array(mut items) = reply else {
+                panic!("not an array: {reply:?}")
+            };
+            reply = items.pop().unwrap();
+        }
+        assert_eq!(reply, Reply::Int(1));
+        assert!(buf.is_empty());
+        let mut wide = b"*1000\r\n".to_vec();
+        for _ in 0..1000 {
+            wide.extend_from_slice(b"*1\r\n*0\r\n");
+        }
+        let mut buf = BytesMut::from(&wide[..]);
+        let reply = decode_reply(&mut buf).unwrap().unwrap().unwrap();
+        assert_eq!(reply.as_array().unwrap().len(), 1000);
+    }
+
+    #[test]
+    fn huge_declared_lengths_are_refused_or_wait_without_allocating_them() {
+        // A bulk string beyond the limit is refused from its header.
+        assert!(is_protocol_error(b"$99999999999\r\n"));
+        assert!(is_protocol_error(b"*2\r\n:1\r\n$67108864\r\n"));
+        assert!(is_protocol_error(format!("${}\r\n", i64::MAX).as_bytes()));
+        // Within it, the frame is only incomplete.
+        let mut buf = BytesMut::from(&b"$1000000\r\nabc"[..]);
+        assert_eq!(decode_reply(&mut buf).unwrap(), None);
+        // A huge element count is incomplete too: the decoder reserves for what has arrived,
+        // not for what is declared (else this test would abort on the allocation).
+        for wire in [
+            format!("*{}\r\n:1\r\n", i64::MAX),
+            format!("*{}\r\n", u32::MAX),
+        ] {
+            let mut buf = BytesMut::from(wire.as_bytes());
+            assert_eq!(decode_reply(&mut buf).unwrap(), None, "{wire}");
+        }
+    }
+
+    #[test]
+    fn an_incomplete_reply_past_the_limit_is_refused() {
+        let mut buf = BytesMut::from(&b"*3\r\n"[..]);
+        buf.put_slice(format!("${}\r\n", MAX_REPLY - 100).as_bytes());
+        buf.resize(buf.len() + MAX_REPLY - 100, b'x');
+        buf.put_slice(b"\r\n");
+        // Complete so far (one element of three); the buffer is over the limit.
+        assert!(decode_reply(&mut buf.clone()).unwrap().is_none());
+        buf.resize(MAX_REPLY + 1, b':');
         assert!(matches!(
             decode_reply(&mut buf),
             Err(RedisError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn a_decoded_reply_does_not_share_the_read_buffer() {
+        let mut buf = BytesMut::with_capacity(64);
+        let start = buf.as_ptr();
+        buf.put_slice(b"$5\r\nhello\r\n+OK\r\n");
+        let hello = decode_reply(&mut buf).unwrap().unwrap().unwrap();
+        let ok = decode_reply(&mut buf).unwrap().unwrap().unwrap();
+        assert!(buf.is_empty());
+        // With both replies still alive, the next read's room is the same allocation again.
+        buf.reserve(64);
+        assert_eq!(buf.as_ptr(), start);
+        assert_eq!(
+            (hello, ok),
+            (Reply::Bulk("hello".into()), Reply::Simple("OK".into()))
+        );
     }
 }

@@ -11,6 +11,7 @@ mod connection;
 mod node;
 mod notify;
 mod script;
+mod slots;
 mod target;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use crate::error::{Error, Origin};
 
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
-pub use connection::encode_command;
+pub use connection::{decode_reply, encode_command};
 pub use script::Script;
 pub use target::{Endpoint, RedisTarget};
 

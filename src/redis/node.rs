@@ -6,10 +6,11 @@
 //! outage. A single server is one `Node`; a cluster is one `Node` per master.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -20,6 +21,7 @@ use tracing::{debug, info, warn};
 use super::client::RedisOptions;
 use super::connection::{Connection, Decimal, ReadHalf, WriteHalf, encode_command};
 use super::notify::Notify;
+use super::slots::ReplySlots;
 use super::{Endpoint, RedisError, Reply};
 
 /// What to send on every (re)connect before the connection is used.
@@ -46,9 +48,9 @@ struct Link {
     up: bool,
     /// Encoded requests not yet handed to the socket.
     wbuf: BytesMut,
-    /// One entry per request written or buffered, in wire order. A timed-out caller drops its
-    /// receiver but the entry stays, so its late reply is consumed (and discarded) in turn.
-    waiting: VecDeque<oneshot::Sender<Result<Reply, RedisError>>>,
+    /// A reply slot per request written or buffered, in wire order. A timed-out caller gives up
+    /// its slot but the slot stays queued, so its late reply is consumed (and discarded) in turn.
+    slots: ReplySlots,
 }
 
 impl Node {
@@ -61,7 +63,7 @@ impl Node {
             link: RefCell::new(Link {
                 up: false,
                 wbuf: BytesMut::new(),
-                waiting: VecDeque::new(),
+                slots: ReplySlots::default(),
             }),
             wake_writer: Notify::default(),
         });
@@ -91,29 +93,59 @@ impl Node {
         let queued = self.enqueue(parts);
         let timeout = self.shared.opts.request_timeout;
         async move {
-            match monoio::time::timeout(timeout, queued?).await {
-                Err(_) => Err(RedisError::Timeout),
-                // The sender was dropped: the connection went down with this request on it.
-                Ok(Err(_)) => Err(RedisError::Disconnected),
-                Ok(Ok(reply)) => reply,
-            }
+            // On a timeout the `Pending` is dropped, which gives its slot up.
+            monoio::time::timeout(timeout, queued?)
+                .await
+                .unwrap_or(Err(RedisError::Timeout))
         }
     }
 
-    fn enqueue(
-        &self,
-        parts: &[&[&[u8]]],
-    ) -> Result<oneshot::Receiver<Result<Reply, RedisError>>, RedisError> {
+    fn enqueue(&self, parts: &[&[&[u8]]]) -> Result<Pending, RedisError> {
         let mut link = self.shared.link.borrow_mut();
         if !link.up {
             return Err(RedisError::Disconnected);
         }
         encode_command(&mut link.wbuf, parts);
-        let (tx, rx) = oneshot::channel();
-        link.waiting.push_back(tx);
+        let slot = link.slots.queue();
         drop(link);
         self.shared.wake_writer.notify();
-        Ok(rx)
+        Ok(Pending {
+            shared: self.shared.clone(),
+            slot: Some(slot),
+        })
+    }
+}
+
+/// A queued command's reply: resolves once it has come in (or the connection has gone down with
+/// the command on it, as `Disconnected`). Dropped before that, it gives its slot up.
+struct Pending {
+    shared: Rc<Shared>,
+    /// Ours until the reply is taken.
+    slot: Option<usize>,
+}
+
+impl Future for Pending {
+    type Output = Result<Reply, RedisError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(slot) = self.slot else {
+            return Poll::Ready(Err(RedisError::Disconnected));
+        };
+        let polled = self.shared.link.borrow_mut().slots.poll(slot, cx);
+        if polled.is_ready() {
+            self.slot = None;
+        }
+        polled
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot
+            && let Ok(mut link) = self.shared.link.try_borrow_mut()
+        {
+            link.slots.abandon(slot);
+        }
     }
 }
 
@@ -126,10 +158,20 @@ impl Shared {
         let mut link = self.link.borrow_mut();
         link.up = false;
         link.wbuf.clear();
-        let waiting = std::mem::take(&mut link.waiting);
         drop(link);
-        // Dropping the senders wakes every caller with `Disconnected`.
-        drop(waiting);
+        // Every command still on the connection fails with `Disconnected`; each caller is woken
+        // with the link no longer borrowed.
+        loop {
+            let answered = self
+                .link
+                .borrow_mut()
+                .slots
+                .answer(Err(RedisError::Disconnected));
+            match answered {
+                Ok(waker) => waker.into_iter().for_each(|w| w.wake()),
+                Err(_) => break,
+            }
+        }
     }
 }
 
@@ -237,11 +279,12 @@ async fn read_replies(shared: &Shared, mut reader: ReadHalf) -> io::Error {
             Ok(reply) => reply,
             Err(error) => return error,
         };
-        let Some(waiter) = shared.link.borrow_mut().waiting.pop_front() else {
-            return io::Error::new(io::ErrorKind::InvalidData, "reply without a request");
-        };
-        // A closed receiver is a caller that timed out: its reply is dropped here.
-        let _ = waiter.send(reply);
+        // A caller that timed out has given its slot up: its reply is dropped here.
+        let answered = shared.link.borrow_mut().slots.answer(reply);
+        match answered {
+            Ok(waker) => waker.into_iter().for_each(|w| w.wake()),
+            Err(_) => return io::Error::new(io::ErrorKind::InvalidData, "reply without a request"),
+        }
     }
 }
 
@@ -259,5 +302,82 @@ async fn write_requests(shared: &Shared, mut writer: WriteHalf, mut spare: Bytes
         }
         batch.clear();
         spare = batch;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use local_sync::mpsc::unbounded;
+    use monoio::io::AsyncReadRent;
+    use monoio::net::TcpListener;
+
+    use super::*;
+
+    /// A Redis stand-in that answers the login's PING, then writes whatever it is handed (and
+    /// hangs up when handed nothing): the test decides when each reply arrives.
+    fn scripted_server() -> (Endpoint, unbounded::Tx<Option<&'static [u8]>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, mut rx) = unbounded::channel::<Option<&'static [u8]>>();
+        monoio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let (read, _) = stream.read(vec![0u8; 64]).await;
+            read.unwrap();
+            stream.write_all(&b"+PONG\r\n"[..]).await.0.unwrap();
+            while let Some(Some(replies)) = rx.recv().await {
+                stream.write_all(replies).await.0.unwrap();
+            }
+        });
+        let endpoint = Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        (endpoint, tx)
+    }
+
+    fn bulk(s: &'static str) -> Result<Reply, RedisError> {
+        Ok(Reply::Bulk(Bytes::from_static(s.as_bytes())))
+    }
+
+    #[test]
+    fn callers_that_gave_up_never_see_a_later_callers_reply() {
+        let mut runtime = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (endpoint, server) = scripted_server();
+            let login = Login {
+                password: None,
+                db: 0,
+            };
+            let node = Node::spawn(endpoint, login, RedisOptions::default());
+            while !node.is_connected() {
+                monoio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Dropped before it was ever polled.
+            drop(node.send(&[&[b"GET", b"a"]]));
+            // Timed out, with its waker registered.
+            let short = Duration::from_millis(20);
+            assert!(
+                monoio::time::timeout(short, node.send(&[&[b"GET", b"b"]]))
+                    .await
+                    .is_err()
+            );
+            let c = node.send(&[&[b"GET", b"c"]]);
+            server
+                .send(Some(b"$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n"))
+                .unwrap();
+            assert_eq!(c.await, bulk("c"));
+            // The freed slots are reused, still in wire order.
+            let (d, e) = (node.send(&[&[b"GET", b"d"]]), node.send(&[&[b"GET", b"e"]]));
+            server.send(Some(b"$1\r\nd\r\n$1\r\ne\r\n")).unwrap();
+            assert_eq!((e.await, d.await), (bulk("e"), bulk("d")));
+            // The connection lost with a command on it: `Disconnected`, not a hang.
+            let f = node.send(&[&[b"GET", b"f"]]);
+            server.send(None).unwrap();
+            assert_eq!(f.await, Err(RedisError::Disconnected));
+        });
     }
 }
