@@ -86,8 +86,9 @@ fn one_node_sweeps_a_killed_holder_is_taken_over_and_a_stop_releases() {
 
 #[test]
 fn a_dead_workers_rows_go_unless_scheduled_or_fenced_and_markers_without_a_row_go() {
+    // A lease long enough that the survivor's heartbeats keep it live on a loaded machine.
     let f = Fixture::new(&[
-        ("PINBOARD_LEASE_TTL_MS", "1000"),
+        ("PINBOARD_LEASE_TTL_MS", "3000"),
         ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
     ]);
     f.warm();
@@ -140,7 +141,7 @@ fn a_dead_workers_rows_go_unless_scheduled_or_fenced_and_markers_without_a_row_g
 
     // The survivor keeps heartbeating; the other worker never does again.
     let started = Instant::now();
-    let swept = eventually(Duration::from_secs(5), || {
+    let swept = eventually(Duration::from_secs(15), || {
         assert_eq!(f.heartbeat(&survivor, &live, json!({})).status, 200);
         std::thread::sleep(Duration::from_millis(100));
         (0..40)
@@ -181,4 +182,143 @@ fn a_dead_workers_rows_go_unless_scheduled_or_fenced_and_markers_without_a_row_g
         1
     );
     assert!(f.node.log().contains("sweep"), "{}", f.node.log());
+}
+
+/// The `_wake`s `worker` received for `/threads/{id}`.
+fn wakes_of(worker: &TestWorker, id: &str) -> Vec<support::worker::Seen> {
+    let path = format!("/threads/{id}/_wake");
+    worker
+        .requests()
+        .into_iter()
+        .filter(|s| s.path == path)
+        .collect()
+}
+
+#[test]
+fn a_scheduled_instance_whose_worker_died_wakes_on_another_with_nobody_asking() {
+    let f = Fixture::new(&[
+        ("PINBOARD_LEASE_TTL_MS", "1000"),
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    f.warm();
+    let dying = TestWorker::start("dying-worker");
+    let old = f.registered(&dying, "w-old");
+    let heir = TestWorker::start("heir-worker");
+    let new = f.registered(&heir, "w-new");
+    // t1 is the dying worker's at epoch 5, and it scheduled a wake after its lease runs out.
+    f.put_row("/threads", "t1", json!({"sessionId": old, "epoch": "5"}));
+    let wake_at = pinboard::clock::now_ms() + 1500;
+    let schedule = json!([{"sessionId": old, "namespace": "/threads", "id": "t1", "epoch": "5", "wakeAt": wake_at}]);
+    assert_eq!(
+        f.post("schedule", &f.token, &schedule).json(),
+        json!({"scheduled": 1})
+    );
+    // The heir is still hydrating at the first wake, resident at the second.
+    heir.set_activating(1);
+
+    // The dying worker never heartbeats again; nobody asks for t1.
+    let woken = eventually(Duration::from_secs(10), || {
+        assert_eq!(f.heartbeat(&heir, &new, json!({})).status, 200);
+        std::thread::sleep(Duration::from_millis(100));
+        wakes_of(&heir, "t1").len() >= 2
+    });
+    assert!(woken, "{}", f.node.log());
+    assert!(wakes_of(&dying, "t1").is_empty());
+    let wakes = wakes_of(&heir, "t1");
+    let epoch = wakes[0].header("pinboard-epoch").unwrap().to_owned();
+    assert!(epoch.parse::<u64>().unwrap() > 5, "a fresh epoch: {epoch}");
+    for wake in &wakes {
+        assert_eq!(wake.method, "POST");
+        assert!(wake.at.elapsed() < Duration::from_secs(30));
+        let claims = support::attest::claims_of(
+            wake.header("pinboard-attestation").unwrap(),
+            &heir.secret(),
+        );
+        assert_eq!(claims["aud"], new.as_str());
+        assert_eq!(claims["purpose"], "wake");
+        assert_eq!(claims["inst"], "/threads/t1");
+        assert_eq!(claims["epoch"], epoch.as_str());
+        assert_eq!(wake.header("pinboard-epoch"), Some(epoch.as_str()));
+    }
+    assert_eq!(
+        f.row("/threads", "t1").unwrap(),
+        json!({"sessionId": new, "epoch": epoch})
+    );
+    // The 200 took the entry off the schedule: no third wake.
+    let bucket = bucket_of("t1", SHARDS);
+    let entry = || f.cli(&["ZSCORE", &f.keys.wake(bucket, "default", "/threads"), "t1"]);
+    assert!(eventually(Duration::from_secs(2), || entry().is_empty()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(wakes_of(&heir, "t1").len(), 2);
+    let overwritten = bucket_of("t1", SHARDS);
+    assert_eq!(
+        f.cli(&[
+            "HGET",
+            &f.keys.overwritten(overwritten, "default", "/threads"),
+            "t1"
+        ]),
+        "5",
+        "the dead owner's row was displaced like a resolve displaces it"
+    );
+}
+
+#[test]
+fn a_wake_that_schedules_again_keeps_its_new_entry() {
+    let f = Fixture::new(&[("PINBOARD_SWEEP_INTERVAL_MS", "100")]);
+    f.warm();
+    let worker = TestWorker::start("only-worker");
+    let session = f.registered(&worker, "w");
+    let wake_key = f.keys.wake(bucket_of("t2", SHARDS), "default", "/threads");
+    // Due now, at its live owner: woken there, at its own epoch.
+    f.put_row(
+        "/threads",
+        "t2",
+        json!({"sessionId": session, "epoch": "9"}),
+    );
+    let now = pinboard::clock::now_ms();
+    worker.set_activating(1);
+    f.cli(&["ZADD", &wake_key, &now.to_string(), "t2"]);
+    // Between its first wake (202) and its second (200), the instance asks for another wake
+    // an hour on: the 200 must not take the new entry away.
+    assert!(eventually(Duration::from_secs(5), || !wakes_of(
+        &worker, "t2"
+    )
+    .is_empty()));
+    let later = (now + 3_600_000).to_string();
+    f.cli(&["ZADD", &wake_key, &later, "t2"]);
+    let wakes = wakes_of(&worker, "t2");
+    assert_eq!(wakes[0].header("pinboard-epoch"), Some("9"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(f.cli(&["ZSCORE", &wake_key, "t2"]), later);
+    assert_eq!(
+        f.row("/threads", "t2").unwrap(),
+        json!({"sessionId": session, "epoch": "9"}),
+        "a placed row is woken where it is"
+    );
+}
+
+#[test]
+fn an_unreachable_owner_loses_the_placement_its_wake_made() {
+    let f = Fixture::new(&[
+        ("PINBOARD_LEASE_TTL_MS", "10000"),
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    f.warm();
+    let worker = TestWorker::start("gone-worker");
+    f.registered(&worker, "w");
+    // Its lease runs on, but nothing listens at its URL any more.
+    worker.stop();
+    let wake_key = f.keys.wake(bucket_of("t3", SHARDS), "default", "/threads");
+    let now = pinboard::clock::now_ms().to_string();
+    f.cli(&["ZADD", &wake_key, &now, "t3"]);
+    // Each pass places t3 for its wake, fails to connect and releases the placement, so a
+    // later pass (or a client) places the id afresh; the entry stays.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            f.node.log().contains("wake failed") && f.row("/threads", "t3").is_none()
+        }),
+        "{}",
+        f.node.log()
+    );
+    assert_eq!(f.cli(&["ZSCORE", &wake_key, "t3"]), now);
 }

@@ -77,6 +77,10 @@ pub struct SweepCounters {
     pub rows: AtomicU64,
     /// Overwritten markers deleted: their id had no row.
     pub markers: AtomicU64,
+    /// Wakes answered 200: the instance resident, its entry off the schedule.
+    pub woken: AtomicU64,
+    /// Wakes answered 202, otherwise or not at all: tried again the next pass.
+    pub wakes_pending: AtomicU64,
 }
 
 /// Every core's counters, summed.
@@ -102,19 +106,37 @@ pub struct Snapshot {
     pub sweeps: u64,
     /// What they deleted, by kind (`placement`, `overwritten`).
     pub swept: Vec<(&'static str, u64)>,
+    /// The durability sweep's wakes, by result (`woken`, `pending`).
+    pub wakes: Vec<(&'static str, u64)>,
 }
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut resolutions = encoder.encode_descriptor(
-            "pinboard_resolutions",
-            "Placement resolutions on this node, by outcome",
-            None,
-            MetricType::Counter,
-        )?;
-        for (outcome, n) in &self.outcomes {
-            let labels = [("outcome", *outcome)];
-            ConstCounter::new(*n).encode(resolutions.encode_family(&labels)?)?;
+        let families = [
+            (
+                "pinboard_resolutions",
+                "Placement resolutions on this node, by outcome",
+                "outcome",
+                &self.outcomes,
+            ),
+            (
+                "pinboard_swept_rows",
+                "What this node's sweeper passes deleted, by kind",
+                "kind",
+                &self.swept,
+            ),
+            (
+                "pinboard_wakes",
+                "Wakes this node's durability sweep sent: woken (200) or pending (202, another status, no answer)",
+                "result",
+                &self.wakes,
+            ),
+        ];
+        for (name, help, label, samples) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, n) in samples {
+                ConstCounter::new(*n).encode(family.encode_family(&[(label, *value)])?)?;
+            }
         }
         let sweeps = ConstCounter::new(self.sweeps);
         sweeps.encode(encoder.encode_descriptor(
@@ -123,15 +145,6 @@ impl Collector for Snapshot {
             None,
             sweeps.metric_type(),
         )?)?;
-        let mut swept = encoder.encode_descriptor(
-            "pinboard_swept_rows",
-            "What this node's sweeper passes deleted, by kind",
-            None,
-            MetricType::Counter,
-        )?;
-        for (kind, n) in &self.swept {
-            ConstCounter::new(*n).encode(swept.encode_family(&[("kind", *kind)])?)?;
-        }
         let refused = ConstCounter::new(self.connections_refused);
         refused.encode(encoder.encode_descriptor(
             "pinboard_connections_refused",
@@ -249,6 +262,7 @@ mod tests {
             serving: true,
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
+            wakes: vec![("woken", 1), ("pending", 3)],
         }
     }
 

@@ -33,6 +33,13 @@ pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Respo
             ("placement", shared.sweeps.rows.load(Ordering::Relaxed)),
             ("overwritten", shared.sweeps.markers.load(Ordering::Relaxed)),
         ],
+        wakes: vec![
+            ("woken", shared.sweeps.woken.load(Ordering::Relaxed)),
+            (
+                "pending",
+                shared.sweeps.wakes_pending.load(Ordering::Relaxed),
+            ),
+        ],
     };
     let format = Format::from_accept(req.header(header::ACCEPT).map(|v| v.as_bytes()));
     match metrics::render(snapshot, format) {

@@ -10,8 +10,9 @@
 mod keys;
 mod records;
 pub mod scripts;
+mod sweeper;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,7 +28,8 @@ pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
 };
-use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP, SWEEP_ROWS, SWEEPER};
+use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP};
+pub use sweeper::{DueWake, Sweep};
 
 /// One core's view of the store: its Redis connection and the key names.
 pub struct Store {
@@ -508,93 +510,6 @@ impl Store {
     }
 }
 
-impl Store {
-    /// Claims (or renews) the sweeper lease for `node_id`: whether this node holds it now.
-    pub async fn claim_sweeper(&self, node_id: &str) -> Result<bool, Error> {
-        self.sweeper_lease(b"claim", node_id).await
-    }
-
-    /// Gives the sweeper lease up, if `node_id` holds it (a graceful stop).
-    pub async fn release_sweeper(&self, node_id: &str) -> Result<bool, Error> {
-        self.sweeper_lease(b"release", node_id).await
-    }
-
-    async fn sweeper_lease(&self, op: &[u8], node_id: &str) -> Result<bool, Error> {
-        let held = self
-            .run_int(
-                &SWEEPER,
-                &[self.keys.sweeper().as_bytes()],
-                &[op, node_id.as_bytes(), self.lease.as_bytes()],
-            )
-            .await?;
-        Ok(held == 1)
-    }
-
-    /// The liveness entries of `bucket`: each session's copy's expiry (ms). One `HGETALL`:
-    /// the hash holds one entry per worker session, not one per placement.
-    pub async fn liveness(&self, bucket: u32) -> Result<HashMap<String, u64>, Error> {
-        let key = &self.keys.bucket(bucket).alive;
-        let reply = self.redis.cmd(&[b"HGETALL", key.as_bytes()]).await?;
-        // '{expiry} {hostname}', as bucket_worker.lua writes it.
-        Ok(reply
-            .pairs()
-            .filter_map(|(session, entry)| {
-                let expiry = entry.split(|b| *b == b' ').next()?;
-                let expiry = std::str::from_utf8(expiry).ok()?.parse().ok()?;
-                Some((session.to_owned(), expiry))
-            })
-            .collect())
-    }
-
-    /// The sweeper's GC of (env, ns) in `bucket` for `ids` (at most [`SCRIPT_PAGE`]): the
-    /// dead-owner rows among them, or the overwritten markers without a row. How many went.
-    pub async fn sweep(
-        &self,
-        bucket: u32,
-        env: &str,
-        ns: &str,
-        what: Sweep,
-        ids: &[&str],
-    ) -> Result<u64, Error> {
-        debug_assert!(ids.len() <= SCRIPT_PAGE);
-        let (placements, overwritten, wake) = (
-            self.keys.placements(bucket, env, ns),
-            self.keys.overwritten(bucket, env, ns),
-            self.keys.wake(bucket, env, ns),
-        );
-        let copies = self.keys.bucket(bucket);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 1);
-        args.push(match what {
-            Sweep::DeadOwnerRows => b"rows",
-            Sweep::MarkersWithoutRow => b"markers",
-        });
-        args.extend(ids.iter().map(|id| id.as_bytes()));
-        let deleted = self
-            .run_int(
-                &SWEEP_ROWS,
-                &[
-                    placements.as_bytes(),
-                    overwritten.as_bytes(),
-                    wake.as_bytes(),
-                    copies.alive.as_bytes(),
-                    copies.workers.as_bytes(),
-                ],
-                &args,
-            )
-            .await?;
-        Ok(deleted.try_into().unwrap_or(0))
-    }
-}
-
-/// What a sweep of a page deletes ([`Store::sweep`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sweep {
-    /// Placement rows whose owner is gone or dead, unless scheduled or fenced.
-    DeadOwnerRows,
-    /// Overwritten markers whose id has no row.
-    MarkersWithoutRow,
-}
-
 /// How many fields one page of a hash walk asks for (`HSCAN … COUNT`): no single Redis call
 /// touches more than about a page of a structure that grows with placements, whatever the
 /// fleet's size (contract §6). Over buckets of 62,500 rows (a million placements, 16 shards)
@@ -608,6 +523,7 @@ const PAGE_STR: &str = "250";
 /// field, and grows faster than linearly past a few hundred: on the project's (busy) 2-core
 /// machine 100 rows took a `wind_down.lua` call 0.5–1 ms, 1000 rows 10–15 ms.
 pub const SCRIPT_PAGE: usize = 100;
+const SCRIPT_PAGE_STR: &str = "100";
 
 /// A walk over one hash of (env, ns) in every bucket, bucket by bucket: the placements
 /// ([`Store::row_pages`]) or the overwritten markers ([`Store::marker_pages`]).
@@ -774,6 +690,12 @@ pub struct Reclaim<'a> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn page_sizes_are_spelled_as_they_are() {
+        assert_eq!(super::PAGE.to_string(), super::PAGE_STR);
+        assert_eq!(super::SCRIPT_PAGE.to_string(), super::SCRIPT_PAGE_STR);
+    }
+
     #[test]
     fn an_id_prefix_matches_itself_only() {
         assert_eq!(super::glob_escape("H~a.b-1_"), "H~a.b-1_");

@@ -52,13 +52,17 @@ pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 pub static TAG: LazyLock<Script> = script!("tag");
 /// Compare-and-set of ids' wake entries (the wake schedule, contract §7).
 pub static SCHEDULE: LazyLock<Script> = script!("schedule");
+/// The durability sweep: due ids without a placed row paged in as placeholders.
+pub static WAKE_DUE: LazyLock<Script> = script!("wake_due");
+/// The durability sweep: a woken id leaves the schedule (unless scheduled again).
+pub static WAKE_DONE: LazyLock<Script> = script!("wake_done");
 /// The sweeper lease: claim (or renew) and release.
 pub static SWEEPER: LazyLock<Script> = script!("sweeper");
 /// The sweeper's GC of one page of a bucket: dead-owner rows, or markers without a row.
 pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 17] = [
+pub static ALL: [&LazyLock<Script>; 19] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -76,6 +80,8 @@ pub static ALL: [&LazyLock<Script>; 17] = [
     &SCHEDULE,
     &SWEEPER,
     &SWEEP_ROWS,
+    &WAKE_DUE,
+    &WAKE_DONE,
 ];
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The sweeper (contract §6): one node of the fleet at a time holds the sweeper lease
 //! (one lease long, renewed every third of one, released on a graceful
-//! stop) and, every `sweep_interval_ms`, runs a pass over every bucket a page at a time
-//! ([`gc`]). A node that is not the serving fleet neither claims nor sweeps: it may disagree
+//! stop) and, every `sweep_interval_ms`, runs a pass over every bucket a page at a time: the
+//! GC ([`gc`]), then the durability sweep ([`wake`]). A node that is not the serving fleet neither claims nor sweeps: it may disagree
 //! with the fleet on what a bucket is.
 //!
 //! Run by one core per node, beside the fleet claim; the pass runs as its own task so that a
@@ -9,13 +9,18 @@
 //! lost.
 
 mod gc;
+mod wake;
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
 use tracing::{info, warn};
 
+use crate::error::Error;
 use crate::node::Core;
 use crate::runtime::Shutdown;
 
@@ -70,7 +75,7 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
             running.set(true);
             let (core, holding, running) = (core.clone(), holding.clone(), running.clone());
             monoio::spawn(async move {
-                gc::pass(&core, &|| holding.holds()).await;
+                pass(&core, &|| holding.holds()).await;
                 running.set(false);
             });
         }
@@ -90,4 +95,54 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
             Err(e) => warn!(error = %e, "sweeper lease not released; it expires in a lease"),
         }
     }
+}
+
+/// One pass, over every (env, ns) a session record names, live or dead: a namespace's rows
+/// and wakes are swept as long as the registry remembers one of its workers (a lease past its
+/// death). Stops between two pages once `holds()` says the lease is lost; a pass that fails
+/// part way (Redis away) is logged and counted like one that ran: the next starts on time.
+async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
+    let mut swept = gc::Swept::default();
+    let mut wakes = wake::Wakes::default();
+    let result = walk(core, holds, &mut swept, &mut wakes).await;
+    let counters = &core.shared.sweeps;
+    counters.passes.fetch_add(1, Ordering::Relaxed);
+    counters.rows.fetch_add(swept.rows, Ordering::Relaxed);
+    counters.markers.fetch_add(swept.markers, Ordering::Relaxed);
+    counters.woken.fetch_add(wakes.woken, Ordering::Relaxed);
+    counters
+        .wakes_pending
+        .fetch_add(wakes.pending, Ordering::Relaxed);
+    let (rows, markers, woken, pending) = (swept.rows, swept.markers, wakes.woken, wakes.pending);
+    if let Err(e) = result {
+        warn!(error = %e, rows, markers, woken, pending, "sweep failed part way");
+    } else if rows + markers + woken + pending > 0 {
+        info!(rows, markers, woken, pending, "sweep");
+    }
+}
+
+async fn walk(
+    core: &Core,
+    holds: &dyn Fn() -> bool,
+    swept: &mut gc::Swept,
+    wakes: &mut wake::Wakes,
+) -> Result<(), Error> {
+    let pairs: BTreeSet<(String, String)> = core
+        .store
+        .sessions()
+        .await?
+        .iter()
+        .flat_map(|s| {
+            s.namespaces
+                .iter()
+                .map(|ns| (s.env_of(ns).to_owned(), ns.clone()))
+        })
+        .collect();
+    for (env, ns) in &pairs {
+        gc::run(core, holds, env, ns, swept).await?;
+    }
+    for (env, ns) in &pairs {
+        wake::run(core, holds, env, ns, wakes).await?;
+    }
+    Ok(())
 }
