@@ -15,6 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod fleet;
 pub mod metrics;
+pub mod mirror;
 pub mod names;
 pub mod node;
 pub mod operator;

@@ -36,6 +36,8 @@ pub struct Shared {
     pub last_quarantine_ms: AtomicU64,
     /// What the sweeper did, while this node held its lease.
     pub sweeps: SweepCounters,
+    /// The registry as the mirror poll last read it, for `/metrics`.
+    pub mirror: crate::mirror::Mirror,
 }
 
 impl Shared {
@@ -52,6 +54,7 @@ impl Shared {
             inflight: Arc::default(),
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
+            mirror: crate::mirror::Mirror::default(),
         }
     }
 

@@ -279,7 +279,7 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         };
     };
     match route.name {
-        Name::Metrics => Ok(operator::metrics(core, req, credential)),
+        Name::Metrics => Ok(operator::metrics(core, req, credential).await),
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
         Name::Overview => operator::overview(core, req, credential).await,

@@ -182,6 +182,41 @@ fn a_dead_workers_rows_go_unless_scheduled_or_fenced_and_markers_without_a_row_g
         1
     );
     assert!(f.node.log().contains("sweep"), "{}", f.node.log());
+
+    // The fleet gauges, from the mirror poll: one live worker per namespace now, the dead
+    // worker's rows gone from the count.
+    let live_gauge = "pinboard_fleet_workers{namespace=\"/threads\",state=\"live\"}";
+    assert!(eventually(Duration::from_secs(8), || metric(
+        &f.node, live_gauge
+    ) == 1));
+    assert_eq!(
+        metric(
+            &f.node,
+            "pinboard_fleet_placement_rows{namespace=\"/threads\"}"
+        ),
+        22,
+        "the survivor's 20 rows, the scheduled one and the fenced one"
+    );
+
+    // Its record, its copies and its namespace-list entries go too, a lease after its death,
+    // by the mirror poll: nobody registers meanwhile.
+    let pruned = eventually(Duration::from_secs(12), || {
+        assert_eq!(f.heartbeat(&survivor, &live, json!({})).status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+        f.session_record(&dead).is_none()
+            && (0..SHARDS).all(|b| {
+                f.bucket_record(b, &dead).is_none()
+                    && !f.in_ns_list(b, "/threads", &dead)
+                    && !f.in_ns_list(b, "/docs", &dead)
+            })
+    });
+    assert!(pruned, "{}", f.node.log());
+    assert!(
+        f.node
+            .log()
+            .contains("mirror poll pruned dead worker records")
+    );
+    assert!(f.session_record(&live).is_some());
 }
 
 /// The `_wake`s `worker` received for `/threads/{id}`.
@@ -321,4 +356,25 @@ fn an_unreachable_owner_loses_the_placement_its_wake_made() {
         f.node.log()
     );
     assert_eq!(f.cli(&["ZSCORE", &wake_key, "t3"]), now);
+}
+
+#[test]
+fn metrics_answer_500_once_the_fleet_view_cannot_be_read() {
+    let f = Fixture::new(&[
+        ("PINBOARD_LEASE_TTL_MS", "3000"),
+        ("PINBOARD_REDIS_TIMEOUT_MS", "300"),
+    ]);
+    let operator = token("ops", &["pinboard:operator"], &["*"]);
+    let scrape = || get(f.node.addr, "/metrics", Some(&operator));
+    assert_eq!(scrape().status, 200);
+    // Redis stops answering: the last view serves for its 5 s, then a scrape must read the
+    // registry itself and cannot.
+    f.redis.pause();
+    let failed = eventually(Duration::from_secs(10), || {
+        let r = scrape();
+        (r.status, r.text()) == (500, r#"{"error":"metrics collection failed"}"#.into())
+    });
+    f.redis.resume();
+    assert!(failed, "{}", f.node.log());
+    assert!(eventually(Duration::from_secs(5), || scrape().status == 200));
 }

@@ -108,6 +108,10 @@ pub struct Snapshot {
     pub swept: Vec<(&'static str, u64)>,
     /// The durability sweep's wakes, by result (`woken`, `pending`).
     pub wakes: Vec<(&'static str, u64)>,
+    /// The fleet as the mirror poll read it.
+    pub fleet: std::sync::Arc<crate::mirror::FleetView>,
+    /// Label workers and placements with hostname and env (hostname-aware mode).
+    pub hostname_aware: bool,
 }
 
 impl Collector for Snapshot {
@@ -152,6 +156,7 @@ impl Collector for Snapshot {
             None,
             refused.metric_type(),
         )?)?;
+        self.encode_fleet(&mut encoder)?;
         let gauges = [
             (
                 "pinboard_connections",
@@ -172,6 +177,65 @@ impl Collector for Snapshot {
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Snapshot {
+    /// The fleet gauges: workers by namespace and state (and hostname and env in
+    /// hostname-aware mode), placement rows by namespace (and env), the sweeper's holder.
+    fn encode_fleet(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut workers = encoder.encode_descriptor(
+            "pinboard_fleet_workers",
+            "Live workers by namespace and state (live, draining, degraded), from the mirror poll",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((ns, hostname, env), counts) in &self.fleet.workers {
+            for (state, n) in [
+                ("live", counts.live),
+                ("draining", counts.draining),
+                ("degraded", counts.degraded),
+            ] {
+                let gauge = ConstGauge::new(n as i64);
+                if self.hostname_aware {
+                    let labels = [
+                        ("namespace", ns.as_str()),
+                        ("hostname", hostname.as_str()),
+                        ("env", env.as_str()),
+                        ("state", state),
+                    ];
+                    gauge.encode(workers.encode_family(&labels)?)?;
+                } else {
+                    let labels = [("namespace", ns.as_str()), ("state", state)];
+                    gauge.encode(workers.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut placements = encoder.encode_descriptor(
+            "pinboard_fleet_placement_rows",
+            "Placement rows by namespace over every bucket, from the mirror poll",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((ns, env), n) in &self.fleet.placements {
+            let gauge = ConstGauge::new(*n as i64);
+            if self.hostname_aware {
+                let labels = [("namespace", ns.as_str()), ("env", env.as_str())];
+                gauge.encode(placements.encode_family(&labels)?)?;
+            } else {
+                gauge.encode(placements.encode_family(&[("namespace", ns.as_str())])?)?;
+            }
+        }
+        let mut sweeper = encoder.encode_descriptor(
+            "pinboard_sweeper",
+            "1 for the node holding the sweeper lease (none while nobody holds it)",
+            None,
+            MetricType::Gauge,
+        )?;
+        if let Some(node) = &self.fleet.sweeper {
+            ConstGauge::new(1i64).encode(sweeper.encode_family(&[("node", node.as_str())])?)?;
         }
         Ok(())
     }
@@ -263,6 +327,8 @@ mod tests {
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],
+            fleet: Default::default(),
+            hostname_aware: false,
         }
     }
 

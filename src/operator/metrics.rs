@@ -14,7 +14,7 @@ use crate::node::Core;
 use crate::passport::Credential;
 
 /// For a credential the route table authorized as an operator's.
-pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
+pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
     let shared = &core.shared;
     let whole_fleet = credential.route_claim().is_ok_and(|claim| {
         claim.all_namespaces() && claim.unrestricted_hostnames() && claim.unrestricted_envs()
@@ -22,7 +22,17 @@ pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Respo
     if !whole_fleet {
         return answers::forbidden();
     }
+    let hostname_aware = shared.config.hostname_aware;
+    let fleet = match shared.mirror.view(&core.store, hostname_aware).await {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            error!(error = %e, "reading the fleet for metrics");
+            return answers::metrics_failed();
+        }
+    };
     let snapshot = Snapshot {
+        fleet,
+        hostname_aware,
         outcomes: metrics::outcomes(&shared.counters).collect(),
         connections: shared.connections(),
         connections_refused: shared.counters.iter().map(|c| c.refused()).sum(),

@@ -180,9 +180,10 @@ async fn core_main(
         }
     });
     let core = Rc::new(Core::new(shared.clone(), index));
-    // The fleet claim and the sweeper: the first core.
+    // The fleet claim, the mirror poll and the sweeper: the first core.
     let sweeper = (index == 0).then(|| {
         monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
+        monoio::spawn(crate::mirror::keep_polling(core.clone(), shutdown.clone()));
         monoio::spawn(crate::sweeper::keep_sweeping(
             core.clone(),
             shutdown.clone(),

@@ -28,7 +28,7 @@ pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
 };
-use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP};
+use scripts::{BUCKET_WORKER, CONTROL_PUSH, PRUNE, SESSION_DROP};
 pub use sweeper::{DueWake, Sweep};
 
 /// One core's view of the store: its Redis connection and the key names.
@@ -365,6 +365,41 @@ impl Store {
         Ok(total)
     }
 
+    /// The mirror poll's prune (contract §6): the session records dead for more than a lease
+    /// and the bindings no live worker uses (`prune.lua`), then, in every bucket, the copies
+    /// dead for more than a lease and their namespace-list entries. How many records went.
+    pub async fn prune(&self) -> Result<u64, Error> {
+        let keys = &self.keys;
+        let pruned = self
+            .run_int(
+                &PRUNE,
+                &[
+                    keys.sessions().as_bytes(),
+                    keys.clients().as_bytes(),
+                    keys.bind_hosts().as_bytes(),
+                    keys.bind_envs().as_bytes(),
+                    keys.bind_quarantine().as_bytes(),
+                ],
+                &[self.lease.as_bytes()],
+            )
+            .await?;
+        let copy = BucketCopy::default();
+        let calls = (0..keys.shards()).map(|b| {
+            let call = BucketCall {
+                bucket: b,
+                op: BucketOp::Prune,
+                session_id: "",
+                copy: &copy,
+                held: &[],
+            };
+            async move { self.bucket_worker(&call).await }
+        });
+        for outcome in join_all(calls).await {
+            outcome?;
+        }
+        Ok(pruned.try_into().unwrap_or(0))
+    }
+
     /// Drops a session everywhere: its registry record, then its copy in every bucket. With
     /// `live`, a session whose lease ran out counts as unknown (and its record stays). False
     /// when the registry had no such (live) record.
@@ -416,6 +451,7 @@ impl Store {
             BucketOp::Put { replaces, prev } => ("put", "prune", replaces, prev),
             BucketOp::Renew => ("renew", "", "", ""),
             BucketOp::Drop => ("drop", "", "", ""),
+            BucketOp::Prune => ("prune", "prune", "", ""),
         };
         // The reclaimed ids' placements hashes, each declared once.
         let mut placements: BTreeMap<(&str, &str), usize> = BTreeMap::new();
@@ -424,7 +460,7 @@ impl Store {
             placements.entry((env, ns)).or_insert(next);
         }
         let record = match call.op {
-            BucketOp::Drop => String::new(),
+            BucketOp::Drop | BucketOp::Prune => String::new(),
             _ => call.copy.encode(),
         };
         for _ in 0..STALE_RETRIES {
@@ -432,7 +468,7 @@ impl Store {
             // bucket it may drop (all of them when it prunes, else the named sessions').
             let mut names: Vec<String> = call.copy.list_names().collect();
             let others: Vec<BucketCopy> = match call.op {
-                BucketOp::Put { .. } => {
+                BucketOp::Put { .. } | BucketOp::Prune => {
                     // One `HVALS`: a bucket's copies are one per worker session (tombstones
                     // and expired copies until pruned), not one per placement.
                     let all = self
@@ -646,9 +682,14 @@ fn decode_session(raw: &[u8]) -> Result<Session, Error> {
 
 #[derive(Clone, Copy)]
 enum BucketOp<'a> {
-    Put { replaces: &'a str, prev: &'a str },
+    Put {
+        replaces: &'a str,
+        prev: &'a str,
+    },
     Renew,
     Drop,
+    /// The mirror poll's: only the prune of copies dead for more than a lease.
+    Prune,
 }
 
 struct BucketCall<'a> {

@@ -28,6 +28,8 @@ pub static READY: LazyLock<Script> = script!("ready");
 pub static REGISTER: LazyLock<Script> = script!("register");
 /// The registry half of a heartbeat: lease, flags, superseded check, control queue peek.
 pub static HEARTBEAT: LazyLock<Script> = script!("heartbeat");
+/// The mirror poll's prune of the registry slot.
+pub static PRUNE: LazyLock<Script> = script!("prune");
 /// Drops a session from the registry slot (deregister, voided registration).
 pub static SESSION_DROP: LazyLock<Script> = script!("session_drop");
 /// Queues control messages to a session.
@@ -62,11 +64,12 @@ pub static SWEEPER: LazyLock<Script> = script!("sweeper");
 pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 19] = [
+pub static ALL: [&LazyLock<Script>; 20] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
     &SESSION_DROP,
+    &PRUNE,
     &CONTROL_PUSH,
     &BUCKET_WORKER,
     &RELEASE,

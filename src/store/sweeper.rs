@@ -1,4 +1,5 @@
-//! What the sweeper asks of the store (contract §6, §7): its lease, a bucket's liveness
+//! What the sweeper and the mirror poll ask of the store (contract §6, §7): the sweeper lease
+//! and its holder, a bucket's row count and liveness
 //! entries, the GC of a page of rows or markers, and the wake schedule's due entries, their
 //! placeholders and their removal once woken.
 
@@ -28,6 +29,22 @@ impl Store {
             )
             .await?;
         Ok(held == 1)
+    }
+
+    /// The node holding the sweeper lease, if any.
+    pub async fn sweeper_holder(&self) -> Result<Option<String>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[b"GET", self.keys.sweeper().as_bytes()])
+            .await?;
+        Ok(reply.as_str().map(str::to_owned))
+    }
+
+    /// How many placement rows (env, ns) has in `bucket`: one `HLEN`, constant time.
+    pub async fn placement_rows(&self, bucket: u32, env: &str, ns: &str) -> Result<u64, Error> {
+        let key = self.keys.placements(bucket, env, ns);
+        let reply = self.redis.cmd(&[b"HLEN", key.as_bytes()]).await?;
+        Ok(reply.as_int().unwrap_or(0).try_into().unwrap_or(0))
     }
 
     /// The liveness entries of `bucket`: each session's copy's expiry (ms). One `HGETALL`:
