@@ -244,10 +244,11 @@ fn reregisters_reclaiming_held_instances_at_their_epoch() {
     assert_eq!(forward(&handle, "/threads/t1", "100").status, 200);
 
     // The node goes away for longer than a lease: the session expires meanwhile, and the
-    // worker's next heartbeat learns it lost the session.
+    // worker's next heartbeat learns it lost the session. Back within a second lease, before
+    // the record (and, by the sweeper, its rows) could be pruned.
     let addr = fleet.node.addr.to_string();
     assert!(fleet.node.stop().success());
-    std::thread::sleep(Duration::from_millis(LEASE_MS * 2));
+    std::thread::sleep(Duration::from_millis(LEASE_MS * 5 / 4));
     assert!(!handle.status().lease_healthy);
     fleet.node = Node::start(
         &fleet.redis.url(),

@@ -80,11 +80,12 @@ impl Store {
             self.keys.wake(bucket, env, ns),
         );
         let copies = self.keys.bucket(bucket);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 1);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 2);
         args.push(match what {
             Sweep::DeadOwnerRows => b"rows",
             Sweep::MarkersWithoutRow => b"markers",
         });
+        args.push(self.lease.as_bytes());
         args.extend(ids.iter().map(|id| id.as_bytes()));
         let deleted = self
             .run_int(
@@ -211,7 +212,8 @@ pub struct DueWake {
 /// What a sweep of a page deletes ([`Store::sweep`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweep {
-    /// Placement rows whose owner is gone or dead, unless scheduled or fenced.
+    /// Placement rows whose owner is gone or dead for more than a lease, unless scheduled or
+    /// fenced.
     DeadOwnerRows,
     /// Overwritten markers whose id has no row.
     MarkersWithoutRow,

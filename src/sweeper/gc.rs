@@ -1,6 +1,6 @@
 //! The sweeper's GC (contract §6) of one (env, namespace), bucket by bucket, a page at a time
-//! and paced: placement rows whose owner is gone or dead (unless the id is scheduled or its
-//! wind-down fence holds), then overwritten markers whose id has no row. A page is judged here first (the bucket's liveness entries, read once per
+//! and paced: placement rows whose owner is gone or dead for more than a lease (unless the id
+//! is scheduled or its wind-down fence holds), then overwritten markers whose id has no row. A page is judged here first (the bucket's liveness entries, read once per
 //! bucket) so that only candidates reach `sweep_rows.lua`, which judges each again, atomically,
 //! on the row as it is then.
 
@@ -40,6 +40,7 @@ pub(super) async fn run(
             Entry::Vacant(new) => new.insert(store.liveness(page.bucket).await?),
         };
         let now = now_ms();
+        let lease = core.shared.config.lease_ttl_ms;
         // The node's clock only picks candidates; the script decides on Redis's.
         let candidates: Vec<&str> = page
             .entries
@@ -48,7 +49,7 @@ pub(super) async fn run(
                 let owner_live = row
                     .owner()
                     .and_then(|owner| live.get(owner))
-                    .is_some_and(|expiry| *expiry > now);
+                    .is_some_and(|expiry| expiry + lease >= now);
                 let fence_holds = row.expiry.is_some_and(|expiry| expiry > now);
                 !owner_live && !fence_holds
             })
