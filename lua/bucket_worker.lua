@@ -6,10 +6,11 @@
 --                lists of the copy written, and of every copy the caller read it may drop
 -- KEYS[n+3..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
 --
--- ARGV[1]  'put' (register), 'renew' (heartbeat) or 'drop'   ARGV[2] sessionId
--- ARGV[3]  the copy (JSON, store::BucketCopy) for 'put' and 'renew'; '' for 'drop'
+-- ARGV[1]  'put' (register), 'renew' (heartbeat), 'drop', or 'prune' (the mirror poll: only
+--          the prune, no session of its own)   ARGV[2] sessionId ('' for 'prune')
+-- ARGV[3]  the copy (JSON, store::BucketCopy) for 'put' and 'renew'; '' for 'drop' and 'prune'
 -- ARGV[4]  lease TTL (ms)
--- ARGV[5]  'prune' to delete copies dead for more than a lease (register), '' otherwise
+-- ARGV[5]  'prune' to delete copies dead for more than a lease (register, mirror), '' otherwise
 -- ARGV[6]  session this registration replaces, or ''
 -- ARGV[7]  prevSessionId whose rows to reclaim, or ''
 -- ARGV[8]  JSON [[index into KEYS of its placements hash, ns, id], ...]: ids still held here
@@ -98,7 +99,7 @@ for _, p in ipairs(pruned) do
   redis.call('HDEL', workers, p[1])
   redis.call('HDEL', alive, p[1])
 end
-if op == 'drop' then
+if op == 'drop' or op == 'prune' then
   return done(false)
 end
 

@@ -9,3 +9,63 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+
+-- A session's copy in a bucket, as its expiry (ms) and hostname: from its liveness entry
+-- ('{expiry} {hostname}': hostnames hold no space), or from the copy itself when it has none
+-- (a copy written before liveness entries existed); nil when the bucket has neither.
+local function owner_of(alive, workers, sid)
+  local live = redis.call('HGET', alive, sid)
+  if live then
+    local space = string.find(live, ' ', 1, true)
+    return tonumber(string.sub(live, 1, space - 1)), string.sub(live, space + 1)
+  end
+  local copy = redis.call('HGET', workers, sid)
+  if copy then
+    copy = cjson.decode(copy)
+    return copy.expiry, copy.hostname or ''
+  end
+end
+
+-- The registry's prune (spec: "pruned once expiry + lease < now, together with bindings
+-- without a live worker"): deletes the session records dead for more than a lease (and their
+-- client's pointer to them), then every host and env binding no live session uses and none of
+-- `hosts_wanted` / `envs_wanted` ([[name, ...], ...]) names. Returns the pruned sessionIds.
+local function prune_registry(sessions, clients, hosts, envs, quarantine, lease, now,
+                              hosts_wanted, envs_wanted)
+  local pruned = {}
+  local live_hosts, live_envs = {}, {}
+  local all = redis.call('HGETALL', sessions)
+  for i = 1, #all, 2 do
+    local s = cjson.decode(all[i + 1])
+    if s.expiry + lease < now then
+      redis.call('HDEL', sessions, all[i])
+      pruned[#pruned + 1] = all[i]
+      local c = redis.call('HGET', clients, s.clientId)
+      if c and cjson.decode(c).sessionId == all[i] then
+        redis.call('HDEL', clients, s.clientId)
+      end
+    elseif s.expiry > now and s.hostname then
+      for _, ns in ipairs(s.namespaces) do
+        live_hosts[s.hostname .. ns] = true
+      end
+      live_envs[s.env] = true
+      for _, env in pairs(s.envs) do
+        live_envs[env] = true
+      end
+    end
+  end
+  for _, w in ipairs(hosts_wanted) do live_hosts[w[1]] = true end
+  for _, w in ipairs(envs_wanted) do live_envs[w[1]] = true end
+  for _, key in ipairs(redis.call('HKEYS', hosts)) do
+    if not live_hosts[key] then
+      redis.call('HDEL', hosts, key)
+      redis.call('HDEL', quarantine, key)
+    end
+  end
+  for _, env in ipairs(redis.call('HKEYS', envs)) do
+    if not live_envs[env] then
+      redis.call('HDEL', envs, env)
+    end
+  end
+  return pruned
+end

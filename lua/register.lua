@@ -101,42 +101,9 @@ for _, w in ipairs(env_writes) do
   redis.call('HSET', envs, w[1], cjson.encode({takeover = w[2], epoch = epoch}))
 end
 
--- Prune sessions dead for more than a lease, and the bindings no live session uses.
-local live_hosts, live_envs = {}, {}
-local all = redis.call('HGETALL', sessions)
-for i = 1, #all, 2 do
-  local s = cjson.decode(all[i + 1])
-  if s.expiry + lease < now then
-    redis.call('HDEL', sessions, all[i])
-    local c = redis.call('HGET', clients, s.clientId)
-    if c and cjson.decode(c).sessionId == all[i] then
-      redis.call('HDEL', clients, s.clientId)
-    end
-  elseif s.expiry > now and s.hostname then
-    for _, ns in ipairs(s.namespaces) do
-      live_hosts[s.hostname .. ns] = true
-    end
-    live_envs[s.env] = true
-    for _, env in pairs(s.envs) do
-      live_envs[env] = true
-    end
-  end
-end
-for _, w in ipairs(hosts_wanted) do live_hosts[w[1]] = true end
-for _, w in ipairs(envs_wanted) do live_envs[w[1]] = true end
-local bound_hosts = redis.call('HKEYS', hosts)
-for _, key in ipairs(bound_hosts) do
-  if not live_hosts[key] then
-    redis.call('HDEL', hosts, key)
-    redis.call('HDEL', quarantine, key)
-  end
-end
-local bound_envs = redis.call('HKEYS', envs)
-for _, env in ipairs(bound_envs) do
-  if not live_envs[env] then
-    redis.call('HDEL', envs, env)
-  end
-end
+-- Prune sessions dead for more than a lease, and the bindings no live session uses (nor this
+-- registration wants).
+prune_registry(sessions, clients, hosts, envs, quarantine, lease, now, hosts_wanted, envs_wanted)
 
 -- One live session per client: a new registration replaces the previous one.
 local replaced = false

@@ -56,17 +56,8 @@ if raw then
   -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
   -- without one (written before liveness entries existed) is read as before.
   local owner_expiry, owner_hostname
-  local live = owned and redis.call('HGET', alive, old.sessionId)
-  if live then
-    local space = string.find(live, ' ', 1, true)
-    owner_expiry = tonumber(string.sub(live, 1, space - 1))
-    owner_hostname = string.sub(live, space + 1)
-  elseif owned then
-    local copy = redis.call('HGET', workers, old.sessionId)
-    if copy then
-      copy = cjson.decode(copy)
-      owner_expiry, owner_hostname = copy.expiry, copy.hostname or ''
-    end
+  if owned then
+    owner_expiry, owner_hostname = owner_of(alive, workers, old.sessionId)
   end
   if owner_expiry then
     local fenced = old.expiry and old.expiry <= now

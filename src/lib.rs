@@ -15,6 +15,7 @@ pub mod clock;
 pub mod config;
 pub mod fleet;
 pub mod metrics;
+pub mod mirror;
 pub mod names;
 pub mod node;
 pub mod operator;
@@ -26,6 +27,7 @@ pub mod registry;
 pub mod routes;
 pub mod runtime;
 pub mod store;
+pub mod sweeper;
 pub mod text;
 pub mod upstream;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::http::Limits;
-use crate::metrics::CoreCounters;
+use crate::metrics::{CoreCounters, SweepCounters};
 use crate::passport::Passport;
 use crate::placement;
 use crate::redis::{Redis, RedisOptions};
@@ -34,6 +34,10 @@ pub struct Shared {
     /// The cold-start window `/registry/health` last read from Redis, reported while Redis
     /// cannot be asked.
     pub last_quarantine_ms: AtomicU64,
+    /// What the sweeper did, while this node held its lease.
+    pub sweeps: SweepCounters,
+    /// The registry as the mirror poll last read it, for `/metrics`.
+    pub mirror: crate::mirror::Mirror,
 }
 
 impl Shared {
@@ -49,6 +53,8 @@ impl Shared {
             started: Instant::now(),
             inflight: Arc::default(),
             last_quarantine_ms: AtomicU64::new(0),
+            sweeps: SweepCounters::default(),
+            mirror: crate::mirror::Mirror::default(),
         }
     }
 

@@ -36,6 +36,7 @@ enum Name {
     Heartbeat,
     Release,
     Tag,
+    Schedule,
     Deregister,
     Drain,
     Undrain,
@@ -83,7 +84,7 @@ const fn route(path: &'static str, scope: &'static str, method: Takes, name: Nam
 }
 
 /// Every route the node answers itself.
-const ROUTES: [Route; 15] = [
+const ROUTES: [Route; 16] = [
     Route {
         path: "/healthz",
         mount: Mount::Root,
@@ -150,6 +151,12 @@ const ROUTES: [Route; 15] = [
         Name::Release,
     ),
     route("/registry/tag", WORKER_SCOPE, Takes::Post, Name::Tag),
+    route(
+        "/registry/schedule",
+        WORKER_SCOPE,
+        Takes::Post,
+        Name::Schedule,
+    ),
     route(
         "/registry/deregister",
         WORKER_SCOPE,
@@ -272,7 +279,7 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         };
     };
     match route.name {
-        Name::Metrics => Ok(operator::metrics(core, req, credential)),
+        Name::Metrics => Ok(operator::metrics(core, req, credential).await),
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
         Name::Overview => operator::overview(core, req, credential).await,
@@ -281,6 +288,7 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Name::Heartbeat => registry::heartbeat(core, req, credential).await,
         Name::Release => registry::release(core, req, credential).await,
         Name::Tag => registry::tag(core, req, credential).await,
+        Name::Schedule => registry::schedule(core, req, credential).await,
         Name::Deregister => registry::deregister(core, req, credential).await,
         Name::Drain => operator::drain(core, req, credential).await,
         Name::Undrain => operator::undrain(core, req, credential).await,

@@ -1611,6 +1611,127 @@ fn stats_keep_eight_calls_in_flight_as_a_sliding_window() {
 
 /// Spec: "'' quotes an epoch-less row": `epoch: ""` frees an epoch-less row and no other.
 #[test]
+fn schedule_is_compare_and_set_on_the_row() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    for (id, epoch) in [("t1", "5"), ("t2", "6"), ("t3", "7")] {
+        f.put_row(
+            "/threads",
+            id,
+            json!({"sessionId": session, "epoch": epoch}),
+        );
+    }
+    let entry = |id: &str| {
+        let bucket = pinboard::store::bucket_of(id, support::fleet::SHARDS);
+        f.cli(&["ZSCORE", &f.keys.wake(bucket, "default", "/threads"), id])
+    };
+    let row = |id: &str, epoch: &str, at: Value| json!({"sessionId": session, "namespace": "/threads", "id": id, "epoch": epoch, "wakeAt": at});
+    // Matching rows are scheduled; a stale epoch and an id without a row are not.
+    let r = f.post(
+        "schedule",
+        &f.token,
+        &json!([
+            row("t1", "5", json!(1000)),
+            row("t2", "6", json!(2000)),
+            row("t3", "1", json!(3000)),
+            row("none", "5", json!(4000))
+        ]),
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"scheduled": 2})),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        (
+            entry("t1").as_str(),
+            entry("t2").as_str(),
+            entry("t3").as_str()
+        ),
+        ("1000", "2000", "")
+    );
+    // null removes; a later wakeAt moves the entry.
+    let r = f.post(
+        "schedule",
+        &f.token,
+        &json!([row("t1", "5", Value::Null), row("t2", "6", json!(2500))]),
+    );
+    assert_eq!(r.json(), json!({"scheduled": 2}));
+    assert_eq!((entry("t1").as_str(), entry("t2").as_str()), ("", "2500"));
+    let r = f.post("schedule", &f.token, &json!([row("t1", "5", Value::Null)]));
+    assert_eq!(r.json(), json!({"scheduled": 0}), "nothing left to remove");
+
+    // Bodies outside the schema change nothing.
+    let shape =
+        "expected [{sessionId, namespace, id, epoch: digits, wakeAt: ms | null}] (non-empty)";
+    for body in [
+        json!([]),
+        json!([row("t2", "x6", json!(1))]),
+        json!([row("t2", "", json!(1))]),
+        json!([{"sessionId": session, "namespace": "/threads", "id": "t2", "epoch": "6"}]),
+        json!([row("t2", "6", json!("soon"))]),
+        json!([row("t2", "6", json!(-1))]),
+        json!({"sessionId": session}),
+    ] {
+        assert_eq!(
+            error_of(&f.post("schedule", &f.token, &body)),
+            (400, shape.into()),
+            "{body}"
+        );
+    }
+    assert_eq!(entry("t2"), "2500");
+
+    let r = f.post("schedule", &f.token, &json!([{"sessionId": "nobody", "namespace": "/threads", "id": "t2", "epoch": "6", "wakeAt": 1}]));
+    assert_eq!(
+        (r.status, r.json()),
+        (409, json!({"error": "unknown session", "reregister": true}))
+    );
+    // Another account's credential, or one outside the namespace, schedules nothing, even
+    // alongside rows it could schedule.
+    let other = f.node.worker_token("acct-b");
+    assert_eq!(
+        error_of(&f.post("schedule", &other, &json!([row("t2", "6", json!(9))]))),
+        (403, "forbidden".into())
+    );
+    let narrow = token("acct-a", &["pinboard:worker"], &["/docs"]);
+    assert_eq!(
+        error_of(&f.post("schedule", &narrow, &json!([row("t2", "6", json!(9))]))),
+        (403, "namespace not allowed: /threads".into())
+    );
+    let mut bad_ns = row("t2", "6", json!(9));
+    bad_ns["namespace"] = json!("/no/pe");
+    assert_eq!(
+        error_of(&f.post(
+            "schedule",
+            &f.token,
+            &json!([row("t3", "7", json!(9)), bad_ns.clone()])
+        )),
+        (400, "invalid namespace".into())
+    );
+    bad_ns["namespace"] = json!("/misc");
+    assert_eq!(
+        error_of(&f.post("schedule", &f.token, &json!([bad_ns]))),
+        (400, "namespace not registered: /misc".into())
+    );
+    assert_eq!(
+        (entry("t2").as_str(), entry("t3").as_str()),
+        ("2500", ""),
+        "refused requests wrote nothing"
+    );
+    let r = support::http::post_json(
+        f.node.addr,
+        "/registry/schedule",
+        Some(&f.token),
+        &format!("[{}]", "x".repeat(1 << 20)),
+    );
+    assert_eq!(error_of(&r), (413, "body too large".into()));
+    let r = support::http::post_json(f.node.addr, "/registry/schedule", Some(&f.token), "[{");
+    assert_eq!(error_of(&r), (400, "invalid json".into()));
+}
+
+#[test]
 fn release_accepts_epoch_empty_for_an_epoch_less_row() {
     let f = Fixture::new(&[]);
     let session = f.registered(&TestWorker::start("s"), "c");

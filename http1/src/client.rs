@@ -98,7 +98,9 @@ pub struct Answer {
 }
 
 /// Sends one request to `target` at `path` (which must start with `/`) and reads the answer,
-/// all within `deadline`. The body is capped at `max_body` bytes.
+/// all within `deadline`. The body is capped at `max_body` bytes. An error is retryable when
+/// the request never reached the worker (the connection could not be made): sending it again
+/// cannot act twice. A timeout is not: the worker may have the request.
 pub async fn fetch(
     target: &WorkerAddr,
     method: Method,
@@ -115,7 +117,7 @@ pub async fn fetch(
     .await
     {
         Ok(result) => result,
-        Err(_) => Err(Error::new(Origin::Upstream, "timed out").retryable(true)),
+        Err(_) => Err(Error::new(Origin::Upstream, "timed out")),
     }
 }
 
@@ -132,9 +134,13 @@ async fn exchange(
         return Err(Error::new(
             Origin::Upstream,
             "https advertise URLs are not supported yet",
-        ));
+        )
+        .retryable(true));
     }
-    let mut stream = target.connect().await.map_err(upstream("connecting"))?;
+    let mut stream = target
+        .connect()
+        .await
+        .map_err(|e| upstream("connecting")(e).retryable(true))?;
     let _ = stream.set_nodelay(true);
 
     let mut out = Vec::with_capacity(256 + body.len());

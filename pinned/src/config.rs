@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pinboard_http::{DriverKind, WorkerAddr};
+
+use crate::durable::DurabilityStore;
 
 /// Hostname-aware mode's policy when another hostname's worker holds an instance this
 /// worker's hostname asks for (spec "Placement"): the protocol's own type, the registry's too.
@@ -51,6 +54,16 @@ pub struct Config {
     /// cost is 95–190 bytes per expected instance allocated at start (tables round up to a
     /// power of two).
     pub expected_instances: usize,
+    /// Where durable instances keep their state (contract §7). With a store the worker serves
+    /// `POST /{ns}/{id}/_wake` (hydrating the instance through [`App::on_wake`]) and
+    /// [`Handle::schedule_wake`] works; without one, `_wake` is not found.
+    ///
+    /// [`App::on_wake`]: crate::App::on_wake
+    /// [`Handle::schedule_wake`]: crate::Handle::schedule_wake
+    pub durability: Option<Arc<dyn DurabilityStore>>,
+    /// How long a `_wake` waits for [`App::on_wake`](crate::App::on_wake) before answering 202
+    /// (`activating`) and letting the hook finish in the background. Default 1 s.
+    pub wake_wait: Duration,
 }
 
 impl Config {
@@ -75,6 +88,8 @@ impl Config {
             call_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
             expected_instances: 0,
+            durability: None,
+            wake_wait: Duration::from_secs(1),
         }
     }
 

@@ -3,11 +3,12 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pinboard_protocol::registry::{ReleaseRow, TagAnswer, TagRequest};
+use pinboard_protocol::registry::{ReleaseRow, ScheduleAnswer, ScheduleRow, TagAnswer, TagRequest};
 use serde_json::Value;
 
+use crate::durable::DurabilityStore;
 use crate::epoch::Epoch;
 use crate::registry::{CallError, read_answer};
 use crate::state::{Message, Shared};
@@ -129,12 +130,7 @@ impl Handle {
     /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
     /// wrote it: false when the placement moved on meanwhile.
     pub async fn tag(&self, ns: &str, id: &str, tag: &str) -> Result<bool, CallError> {
-        let epoch = self
-            .shared
-            .held
-            .epoch_of(ns, id)
-            .ok_or_else(|| not_held(ns, id))?;
-        let session = self.session_id().ok_or(CallError::NoSession)?;
+        let (epoch, session) = self.quote(ns, id)?;
         let body = TagRequest {
             row: ReleaseRow {
                 session_id: session,
@@ -151,9 +147,246 @@ impl Handle {
     }
 }
 
+impl Handle {
+    /// The durability store the worker was configured with
+    /// ([`Config::durability`](crate::Config::durability)): where the application saves its
+    /// durable instances' state, when it sees fit (cloned, on a thread of its own too).
+    pub fn store(&self) -> Option<&Arc<dyn DurabilityStore>> {
+        self.shared.config.durability.as_ref()
+    }
+
+    /// Asks the node to wake the held `(ns, id)` at `at` (contract §7): the wake is recorded in
+    /// the store, then sent as `POST /registry/schedule` quoting the epoch the instance is held
+    /// at (tried up to three times while the failure is transient). When it is due, the
+    /// node's sweep sends `_wake` to whichever worker then owns the instance (placing it first
+    /// if no one does) and [`App::on_wake`](crate::App::on_wake) runs there. A later call
+    /// replaces the wake. Whether the node wrote it: false when the placement moved on.
+    pub async fn schedule_wake(
+        &self,
+        ns: &str,
+        id: &str,
+        at: SystemTime,
+    ) -> Result<bool, CallError> {
+        let at_ms = at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.send_schedule(ns, id, Some(at_ms)).await
+    }
+
+    /// Cancels the wake of the held `(ns, id)`, in the store and at the node (`wakeAt: null`).
+    pub async fn cancel_wake(&self, ns: &str, id: &str) -> Result<bool, CallError> {
+        self.send_schedule(ns, id, None).await
+    }
+
+    async fn send_schedule(
+        &self,
+        ns: &str,
+        id: &str,
+        at_ms: Option<u64>,
+    ) -> Result<bool, CallError> {
+        let store = self.store().ok_or(CallError::NoStore)?;
+        let (epoch, session) = self.quote(ns, id)?;
+        match at_ms {
+            Some(at_ms) => store.schedule(ns, id, at_ms),
+            None => store.cancel(ns, id),
+        }
+        .map_err(CallError::Store)?;
+        let body = schedule_body(session, ns, id, &epoch, at_ms);
+        let answer = self.shared.registry.post_thrice("schedule", &body).await?;
+        read_answer::<ScheduleAnswer>(answer)
+            .map(|a| a.scheduled > 0)
+            .ok_or(CallError::BadAnswer { status: 200 })
+    }
+}
+
+impl Handle {
+    /// What a call about the held `(ns, id)` quotes: the epoch it is held at, the session.
+    fn quote(&self, ns: &str, id: &str) -> Result<(Epoch, String), CallError> {
+        let epoch = self
+            .shared
+            .held
+            .epoch_of(ns, id)
+            .ok_or_else(|| not_held(ns, id))?;
+        let session = self.session_id().ok_or(CallError::NoSession)?;
+        Ok((epoch, session))
+    }
+}
+
+/// The body of `POST /registry/schedule` for one instance.
+pub(crate) fn schedule_body(
+    session_id: String,
+    ns: &str,
+    id: &str,
+    epoch: &Epoch,
+    wake_at: Option<u64>,
+) -> [ScheduleRow; 1] {
+    [ScheduleRow {
+        session_id,
+        namespace: ns.to_owned(),
+        id: id.to_owned(),
+        epoch: epoch.as_str().to_owned(),
+        wake_at,
+    }]
+}
+
 fn not_held(ns: &str, id: &str) -> CallError {
     CallError::NotHeld {
         ns: ns.to_owned(),
         id: id.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::thread;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::durable::FileStore;
+    use crate::held::Admission;
+    use crate::registry::Registry;
+
+    /// The request the worker sent (head, body), answered with `answer` (status line on).
+    fn answer_once(registry: &TcpListener, answer: &'static str) -> (String, Value) {
+        let (mut conn, _) = registry.accept().unwrap();
+        let mut reader = BufReader::new(conn.try_clone().unwrap());
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            reader.read_line(&mut head).unwrap();
+        }
+        let length = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap();
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let (status, json) = answer.split_once('\n').unwrap();
+        let reply = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{json}",
+            json.len()
+        );
+        conn.write_all(reply.as_bytes()).unwrap();
+        (head, serde_json::from_slice(&body).unwrap())
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn schedule_quotes_the_held_epoch_and_reads_the_answer() {
+        let registry = TcpListener::bind("127.0.0.1:0").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(FileStore::open(dir.path()).unwrap());
+        let url = format!("http://{}/edge", registry.local_addr().unwrap());
+        let mut config = Config::new(&url, "tok", "c-1", &["/threads"]);
+        config.durability = Some(store.clone());
+        let client = Registry::new(config.validate().unwrap(), "tok", Duration::from_secs(5));
+        let addr = registry.local_addr().unwrap();
+        let shared = Arc::new(Shared::new(
+            config,
+            client,
+            String::new(),
+            String::new(),
+            addr,
+            pinboard_http::DriverKind::Epoll,
+        ));
+        let handle = Handle::new(shared.clone());
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+
+        // Neither unheld instances nor a worker without a session get as far as the node.
+        let not_held = block_on(handle.schedule_wake("/threads", "a", at));
+        assert!(
+            matches!(not_held, Err(CallError::NotHeld { .. })),
+            "{not_held:?}"
+        );
+        let epoch = Epoch::parse(b"42").unwrap();
+        let admitted = shared.admit("/threads", "a", &epoch, Instant::now());
+        assert!(matches!(admitted, Admission::Refused), "no lease yet");
+        {
+            let mut state = shared.state();
+            state.session = Some("sess-1".into());
+            state.lease_until = Some(Instant::now() + Duration::from_secs(60));
+        }
+        assert!(matches!(
+            shared.admit("/threads", "a", &epoch, Instant::now()),
+            Admission::Serve { activated: true }
+        ));
+
+        let answers = [
+            "200 OK\n{\"scheduled\":1}",
+            "200 OK\n{\"scheduled\":0}",
+            "409 Conflict\n{\"error\":\"unknown session\",\"reregister\":true}",
+            "200 OK\n{\"scheduledd\":1}",
+        ];
+        let node = thread::spawn(move || answers.map(|a| answer_once(&registry, a)));
+        let results = block_on(async {
+            [
+                handle.schedule_wake("/threads", "a", at).await,
+                handle.cancel_wake("/threads", "a").await,
+                handle.schedule_wake("/threads", "a", at).await,
+                handle.schedule_wake("/threads", "a", at).await,
+            ]
+        });
+        let sent = node.join().unwrap();
+        for (head, _) in &sent {
+            assert!(
+                head.starts_with("POST /edge/registry/schedule HTTP/1.1\r\n"),
+                "{head}"
+            );
+            assert!(
+                head.to_ascii_lowercase()
+                    .contains("authorization: bearer tok\r\n"),
+                "{head}"
+            );
+        }
+        let row = |wake_at: Value| json!([{ "sessionId": "sess-1", "namespace": "/threads", "id": "a", "epoch": "42", "wakeAt": wake_at }]);
+        assert_eq!(sent[0].1, row(json!(1_700_000_000_123u64)));
+        assert_eq!(sent[1].1, row(Value::Null));
+        let [scheduled, cancelled, lost, garbled] = results;
+        assert!(matches!(scheduled, Ok(true)), "{scheduled:?}");
+        assert!(matches!(cancelled, Ok(false)), "{cancelled:?}");
+        assert!(
+            matches!(lost, Err(CallError::Refused { status: 409, reregister: true, ref error, .. }) if error == "unknown session"),
+            "{lost:?}"
+        );
+        assert!(
+            matches!(garbled, Err(CallError::BadAnswer { status: 200 })),
+            "{garbled:?}"
+        );
+        // The store remembers the last wake asked for.
+        assert_eq!(
+            store.scheduled("/threads", "a").unwrap(),
+            Some(1_700_000_000_123)
+        );
+
+        // Without a store there is nothing to schedule with.
+        let mut bare = Config::new(&url, "tok", "c-1", &["/threads"]);
+        bare.durability = None;
+        let client = Registry::new(bare.validate().unwrap(), "tok", Duration::from_secs(5));
+        let handle = Handle::new(Arc::new(Shared::new(
+            bare,
+            client,
+            String::new(),
+            String::new(),
+            addr,
+            pinboard_http::DriverKind::Epoll,
+        )));
+        let refused = block_on(handle.schedule_wake("/threads", "a", at));
+        assert!(matches!(refused, Err(CallError::NoStore)), "{refused:?}");
     }
 }

@@ -10,18 +10,22 @@
 //!   when the registry lost its session (reclaiming what it holds), delivers wind-down messages
 //!   and acks them (`control`);
 //! - releases and tags placements on request ([`Handle`]), and on a graceful
-//!   [`Worker::shutdown`] releases everything it holds and deregisters.
+//!   [`Worker::shutdown`] releases everything it holds and deregisters;
+//! - with a [`DurabilityStore`] ([`Config::durability`], [`FileStore`]), serves the durability
+//!   sweep's `POST /{ns}/{id}/_wake` through [`App::on_wake`] and schedules wakes
+//!   ([`Handle::schedule_wake`]) with the node (contract §7).
 //!
 //! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) comes from
 //! `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
 //! names, attestation purposes and takeover policies from `pinboard-protocol`. Neither is the
-//! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] and
-//! [`DriverKind`] are re-exported for applications.
+//! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] (with its
+//! [`Origin`]) and [`DriverKind`] are re-exported for applications.
 //!
 //! Modules depend one way, each only on those listed before it (unit tests aside: surface's
 //! start serving threads through `runtime`):
-//! - `config`, `attest`, `epoch`, `registry`: pure parts and the registry client, importing no
-//!   other module of the crate;
+//! - `attest`, `epoch`, `registry`: pure parts and the registry client, importing no other
+//!   module of the crate; `durable` (the [`DurabilityStore`], [`FileStore`], the wakes under
+//!   way), importing `epoch`; `config`, importing `durable`'s trait;
 //! - `held`: the sharded map of held instances and their epochs;
 //! - `state`: what the threads share (identity, stop `Signal`s, protocol state, `Message`s);
 //! - `handle`: the application's [`Handle`] on that state;
@@ -53,6 +57,7 @@ mod app;
 mod attest;
 mod config;
 mod control;
+mod durable;
 mod epoch;
 mod handle;
 mod held;
@@ -65,9 +70,10 @@ mod worker;
 pub use app::{App, Event, Instance};
 pub use attest::Attestation;
 pub use config::{Config, Takeover};
+pub use durable::{DurabilityStore, FileStore};
 pub use epoch::Epoch;
 pub use handle::{Handle, Held, Status};
-pub use pinboard_http::error::Error;
+pub use pinboard_http::error::{Error, Origin};
 pub use pinboard_http::{DriverKind, Request, Response};
 pub use registry::CallError;
 pub use state::Message;

@@ -20,6 +20,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(250);
 pub enum CallError {
     #[error("the worker holds no session")]
     NoSession,
+    #[error("the worker has no durability store")]
+    NoStore,
+    #[error("durability store: {0}")]
+    Store(#[source] std::io::Error),
     #[error("{ns}/{id} is not held by this worker")]
     NotHeld { ns: String, id: String },
     #[error("registry answered {status}: {error}")]

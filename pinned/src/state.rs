@@ -34,6 +34,7 @@ use pinboard_http::{DriverKind, Shutdown};
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::durable::Wakes;
 use crate::epoch::Epoch;
 use crate::held::{Admission, Gate, HeldMap};
 use crate::registry::Registry;
@@ -67,6 +68,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// The instances held, and those released in the last minute; see the module's lock order.
     pub held: HeldMap,
+    /// The `_wake`s under way (durability); a lock of its own, never held with another.
+    pub wakes: Wakes,
     /// Asks the control thread to stop; `graceful` says whether to release and deregister.
     pub stop: Signal,
     pub graceful: AtomicBool,
@@ -96,6 +99,7 @@ impl Shared {
             started: Instant::now(),
             state: Mutex::new(State::new(headroom)),
             held,
+            wakes: Wakes::default(),
             stop: Signal::default(),
             graceful: AtomicBool::new(false),
             serving_stop: Signal::default(),

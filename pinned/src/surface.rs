@@ -1,22 +1,23 @@
-//! What the worker serves (contract §4): `GET /_pinned/challenge`, `GET /_pinned/stats`, and
-//! its instances `/{ns}/{id}...` — each gated as the spec says (proxy secret or attestation,
-//! attestation, attestation plus a well-formed and current placement epoch) before the
-//! application sees a request.
+//! What the worker serves (contract §4): `GET /_pinned/challenge`, `GET /_pinned/stats`, its
+//! instances `/{ns}/{id}...`, and with a durability store `POST /{ns}/{id}/_wake` (§7) — each
+//! gated as the spec says (proxy secret or attestation, attestation, attestation plus a
+//! well-formed and current placement epoch) before the application sees a request.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderValue, Method, StatusCode};
-use pinboard_http::error::Error;
+use pinboard_http::error::{Error, Origin};
 use pinboard_http::{Handler, Request, Response};
 use pinboard_protocol::Purpose;
 use pinboard_protocol::header::{ATTESTATION, EPOCH, LEASE_UNHEALTHY, PROXY_SECRET, REFUSAL};
 use serde_json::json;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::app::{App, Instance};
 use crate::attest::{self, Attestation, Binding, Invalid};
+use crate::durable::{Begin, DurabilityStore};
 use crate::epoch::Epoch;
 use crate::handle::Handle;
 use crate::held::Admission;
@@ -179,7 +180,51 @@ impl<A: App> Surface<A> {
             activated,
             attestation,
         };
+        if let (Purpose::Wake, Some(store)) = (purpose, &self.shared.config.durability) {
+            return Ok(self.wake(instance, store.clone()).await);
+        }
         self.app.handle(&self.handle, &instance, req).await
+    }
+
+    /// An admitted `_wake`: runs [`App::on_wake`] on the stored state, unless one runs already
+    /// or has just finished (the sweep asking again after a 202), and answers 200 if it is
+    /// done within `wake_wait`, else 202 while it goes on in the background.
+    async fn wake(&self, instance: Instance, store: Arc<dyn DurabilityStore>) -> Response {
+        let (ns, id) = (instance.ns.clone(), instance.id.clone());
+        match self
+            .shared
+            .wakes
+            .begin(&ns, &id, &instance.epoch, Instant::now())
+        {
+            Begin::Running => return activating(),
+            Begin::Done => return resident(),
+            Begin::Start => {}
+        }
+        let (done, finished) = local_sync::oneshot::channel();
+        let (app, handle, shared) = (self.app.clone(), self.handle.clone(), self.shared.clone());
+        monoio::spawn(async move {
+            let result = match store.load(&instance.ns, &instance.id) {
+                Ok(state) => app.on_wake(&handle, &instance, state).await,
+                Err(e) => Err(Error::because(Origin::Host, "loading durable state", e)),
+            };
+            let (ns, id) = (&instance.ns, &instance.id);
+            if let Err(e) = &result {
+                warn!(%ns, %id, epoch = %instance.epoch, error = %e, "wake failed");
+            }
+            shared.wakes.finish(ns, id, result.is_ok(), Instant::now());
+            let _ = done.send(result.is_ok());
+        });
+        match monoio::time::timeout(self.shared.config.wake_wait, finished).await {
+            Ok(Ok(true)) => {
+                self.shared.wakes.collect(&ns, &id);
+                resident()
+            }
+            Ok(_) => Response::json_value(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &json!({ "detail": "wake failed" }),
+            ),
+            Err(_) => activating(),
+        }
     }
 }
 
@@ -198,6 +243,15 @@ impl<A: App> Handler for Surface<A> {
             "/_pinned/challenge" => Ok(self.challenge(req)),
             "/_pinned/stats" => Ok(self.stats(req)),
             _ => match split_instance(path, &self.shared.config.namespaces) {
+                // Mounted only with a durability store (contract §4, §7).
+                Some((_, _, "/_wake")) if self.shared.config.durability.is_none() => {
+                    Ok(not_found())
+                }
+                Some((_, _, "/_wake")) if *req.method() != Method::POST => Ok(Response::text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed",
+                )
+                .header(ALLOW, HeaderValue::from_static("POST"))),
                 Some((ns, id, rest)) => {
                     let (ns, id, rest) = (ns.to_owned(), id.to_owned(), rest.to_owned());
                     self.instance(req, ns, id, rest).await
@@ -213,6 +267,14 @@ fn invalid_attestation() -> Response {
         StatusCode::FORBIDDEN,
         &json!({ "detail": "invalid attestation" }),
     )
+}
+
+fn activating() -> Response {
+    Response::json_value(StatusCode::ACCEPTED, &json!({ "activating": true }))
+}
+
+fn resident() -> Response {
+    Response::json_value(StatusCode::OK, &json!({ "ok": true }))
 }
 
 fn not_found() -> Response {
@@ -621,7 +683,7 @@ mod tests {
             );
         }
         assert!(w.shared.held.held().is_empty());
-        // `_wake` takes a wake token: a client's forward to it is refused.
+        // Without a durability store there is no `_wake` (tests/durable.rs has the rest).
         let wake = |purpose: &str| {
             let claims = json!({
                 "aud": "sess-1", "iat": now(), "exp": now() + 30,
@@ -629,11 +691,10 @@ mod tests {
             });
             mint_with(Algorithm::HS256, "pinboard+jwt", &secret, &claims)
         };
-        assert_eq!(
-            json_reply(&send("/threads/a/_wake", &wake("forward"), &["7"]), 403),
-            refused
-        );
-        assert_eq!(send("/threads/a/_wake", &wake("wake"), &["7"]).status, 200);
+        for purpose in ["wake", "forward"] {
+            let reply = send("/threads/a/_wake", &wake(purpose), &["7"]);
+            assert_eq!(json_reply(&reply, 404), json!({ "detail": "not found" }));
+        }
         assert_eq!(send("/threads/a", &token, &["7"]).status, 200);
     }
 

@@ -171,13 +171,12 @@ fn counts_and_echoes_through_the_node() {
     assert_eq!((echo.status, echo.text().as_str()), (200, "hello"));
     assert_eq!(echo.header("content-type"), Some("text/plain"));
 
-    // A client's `_wake` through the node is a forward, not the sweeper's wake: the library
-    // refuses its token (contract §11) before the example sees it.
+    // Without --durable-dir there is no `_wake` (contract §7), and no ticker.
+    let not_found = json!({ "detail": "not found" });
     let wake = post_json(node.addr, "/threads/a/_wake", None, "");
-    assert_eq!(
-        (wake.status, wake.json()),
-        (403, json!({ "detail": "invalid attestation" }))
-    );
+    assert_eq!((wake.status, wake.json()), (404, not_found.clone()));
+    let ticks = get(node.addr, "/threads/a/ticks", None);
+    assert_eq!((ticks.status, ticks.json()), (404, not_found));
 
     // Released, the next count is a new placement: a new epoch, the counter from 1.
     let released = post_json(node.addr, "/threads/a/release", None, "");
@@ -188,4 +187,30 @@ fn counts_and_echoes_through_the_node() {
 
     assert_eq!(example.terminate(), Some(0));
     assert_eq!(heartbeat_status(&node, &example.session), 409);
+}
+
+#[test]
+fn a_durable_dir_serves_wake_and_tickers() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "3000")]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("tickers");
+    let durable = ["--durable-dir", store.to_str().unwrap(), "--tick-secs", "2"];
+    let mut example = Example::start(&node, &durable);
+    assert!(store.is_dir(), "the store's directory is created");
+    assert!(eventually(Duration::from_secs(10), || {
+        get(node.addr, "/threads/t/ticks", None).status == 200
+    }));
+    let ticks = get(node.addr, "/threads/t/ticks", None).json();
+    assert_eq!(ticks, json!({ "ticks": null, "nextWakeMs": null }));
+    // A client's `_wake` through the node is a forward, not the sweeper's wake: the library
+    // refuses its token (contract §11) before the example sees it.
+    let wake = post_json(node.addr, "/threads/t/_wake", None, "");
+    assert_eq!(
+        (wake.status, wake.json()),
+        (403, json!({ "detail": "invalid attestation" }))
+    );
+    // The counters are served as ever.
+    assert_eq!(get(node.addr, "/threads/t/count", None).json()["count"], 1);
+    assert_eq!(example.terminate(), Some(0));
 }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
-use support::{attestation, block_on, eventually};
+use support::{attestation, block_on, eventually, registered};
 
 const LEASE_MS: u64 = 2000;
 const ACCOUNT: &str = "acct-1";
@@ -75,18 +75,8 @@ impl Fleet {
     }
 
     fn worker(&self, app: &Recorder, configure: impl FnOnce(&mut Config)) -> Worker {
-        let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
-        let mut config = Config::new(&self.node.url(), &token, "worker-1", &["/threads", "/docs"]);
-        config.call_timeout = Duration::from_secs(5);
-        configure(&mut config);
-        let worker = Worker::start(config, app.clone()).unwrap();
-        let handle = worker.handle();
-        assert!(
-            eventually(Duration::from_secs(15), || handle.session_id().is_some()),
-            "no registration:\n{}",
-            self.node.log()
-        );
-        worker
+        let namespaces = ["/threads", "/docs"];
+        registered(&self.node, ACCOUNT, &namespaces, app.clone(), configure)
     }
 
     /// The placements hash of `(ns, id)` in single mode (contract §5).
@@ -254,10 +244,11 @@ fn reregisters_reclaiming_held_instances_at_their_epoch() {
     assert_eq!(forward(&handle, "/threads/t1", "100").status, 200);
 
     // The node goes away for longer than a lease: the session expires meanwhile, and the
-    // worker's next heartbeat learns it lost the session.
+    // worker's next heartbeat learns it lost the session. Back within a second lease, before
+    // the record (and, by the sweeper, its rows) could be pruned.
     let addr = fleet.node.addr.to_string();
     assert!(fleet.node.stop().success());
-    std::thread::sleep(Duration::from_millis(LEASE_MS * 2));
+    std::thread::sleep(Duration::from_millis(LEASE_MS * 5 / 4));
     assert!(!handle.status().lease_healthy);
     fleet.node = Node::start(
         &fleet.redis.url(),

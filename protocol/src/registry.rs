@@ -1,5 +1,6 @@
 //! The JSON bodies of the registry's worker routes (`docs/api.md`, "The worker protocol"):
-//! `POST {base}/registry/register`, `/heartbeat`, `/release`, `/tag` and `/deregister`, and
+//! `POST {base}/registry/register`, `/heartbeat`, `/release`, `/tag`, `/schedule` and
+//! `/deregister`, and
 //! their answers. The node parses the requests and writes the answers; `pinned` writes the
 //! requests and reads the answers.
 //!
@@ -199,6 +200,30 @@ pub struct TagRequest {
 pub struct TagAnswer {
     /// False when the row is not (or no longer) the quoted one.
     pub tagged: bool,
+}
+
+/// One entry of `POST /registry/schedule` (contract §7), a non-empty array of them: the wake
+/// of a durable instance, compare-and-set on its placement row like a tag (written only while
+/// the row's `sessionId` and `epoch` are the quoted ones).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleRow {
+    pub session_id: String,
+    pub namespace: String,
+    pub id: String,
+    /// The placement epoch quoted, digits.
+    pub epoch: String,
+    /// When to wake the instance, in ms since the Unix epoch; `null` removes its entry. Always
+    /// sent, and required (as `null` at least) when read.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub wake_at: Option<u64>,
+}
+
+/// The `200` answer to a schedule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleAnswer {
+    /// How many entries were written or removed.
+    pub scheduled: u64,
 }
 
 /// `POST /registry/deregister`.
@@ -493,6 +518,35 @@ mod tests {
             r#"{"sessionId":"5e55","namespace":"/threads","id":"t1","epoch":"4","tag":"ws:W"}"#,
         );
         round_trip(&TagAnswer { tagged: true }, r#"{"tagged":true}"#);
+    }
+
+    #[test]
+    fn schedule_row_and_answer() {
+        let mut row = ScheduleRow {
+            session_id: "5e55".into(),
+            namespace: "/threads".into(),
+            id: "t1".into(),
+            epoch: "4".into(),
+            wake_at: Some(1_700_000_000_000),
+        };
+        round_trip(
+            &row,
+            r#"{"sessionId":"5e55","namespace":"/threads","id":"t1","epoch":"4","wakeAt":1700000000000}"#,
+        );
+        row.wake_at = None;
+        round_trip(
+            &row,
+            r#"{"sessionId":"5e55","namespace":"/threads","id":"t1","epoch":"4","wakeAt":null}"#,
+        );
+        // `wakeAt` is required, as a number or null.
+        for text in [
+            r#"{"sessionId":"5e55","namespace":"/threads","id":"t1","epoch":"4"}"#,
+            r#"{"sessionId":"5e55","namespace":"/threads","id":"t1","epoch":"4","wakeAt":"1"}"#,
+        ] {
+            assert!(serde_json::from_str::<ScheduleRow>(text).is_err(), "{text}");
+        }
+        round_trip(&ScheduleAnswer { scheduled: 1 }, r#"{"scheduled":1}"#);
+        assert!(serde_json::from_str::<ScheduleAnswer>("{}").is_err());
     }
 
     #[test]

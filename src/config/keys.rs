@@ -67,6 +67,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(lease_ttl_ms: u64 = whole(1_000, 3_600_000)),
     key!(verify_timeout_ms: u64 = whole(1, MAX_MS)),
     key!(redis_timeout_ms: u64 = whole(1, MAX_MS)),
+    key!(sweep_interval_ms: u64 = whole(100, MAX_MS)),
     key!(base_path: String = text_with(base_path)),
     key!(balance_factor: f64 = factor),
     key!(affinity: Affinity = text_with(str::parse)),

@@ -61,6 +61,9 @@ pub struct Config {
     /// Bound on one Redis request, from sending it to its reply, in ms, 1–86400000. Default
     /// 2000. Past it the request answers 503 `registry unavailable, retry` (contract §8).
     pub redis_timeout_ms: u64,
+    /// How often the sweeper (the one node holding the sweeper lease) runs its pass in ms,
+    /// 100–86400000. Default 5000 (contract §6).
+    pub sweep_interval_ms: u64,
     /// Prefix of `/registry/*` and of the data plane; `/healthz`, `/readyz` and `/metrics` stay at
     /// the root. Default "" (the root); otherwise a path like `/edge`: a leading `/`, no trailing
     /// `/`, no empty segment, no `?`, `#` or whitespace. Nothing is normalised: write it exactly.
@@ -227,6 +230,7 @@ impl Default for Config {
             lease_ttl_ms: 15_000,
             verify_timeout_ms: 2_500,
             redis_timeout_ms: 2_000,
+            sweep_interval_ms: 5_000,
             base_path: String::new(),
             balance_factor: 2.0,
             affinity: Affinity::Ip,
@@ -468,6 +472,7 @@ hostname_aware = true
 lease_ttl_ms = 20000
 verify_timeout_ms = 1000
 redis_timeout_ms = 700
+sweep_interval_ms = 2500
 base_path = "/edge"
 balance_factor = 1.5
 affinity = "header:X-User"
@@ -511,6 +516,7 @@ write_timeout_ms = 3000
             lease_ttl_ms: 20_000,
             verify_timeout_ms: 1_000,
             redis_timeout_ms: 700,
+            sweep_interval_ms: 2_500,
             base_path: "/edge".into(),
             balance_factor: 1.5,
             affinity: Affinity::Header("x-user".into()),
@@ -617,6 +623,7 @@ write_timeout_ms = 3000
             ("PINBOARD_LEASE_TTL_MS", "20000"),
             ("PINBOARD_VERIFY_TIMEOUT_MS", "1000"),
             ("PINBOARD_REDIS_TIMEOUT_MS", "700"),
+            ("PINBOARD_SWEEP_INTERVAL_MS", "2500"),
             ("PINBOARD_BASE_PATH", "/edge"),
             ("PINBOARD_BALANCE_FACTOR", "1.5"),
             ("PINBOARD_AFFINITY", "header:X-User"),

@@ -68,6 +68,21 @@ impl CoreCounters {
     }
 }
 
+/// What the sweeper did on this node (contract §6): written by the one task that sweeps.
+#[derive(Default)]
+pub struct SweepCounters {
+    /// Passes run (each while this node held the sweeper lease).
+    pub passes: AtomicU64,
+    /// Placement rows deleted: their owner gone or dead.
+    pub rows: AtomicU64,
+    /// Overwritten markers deleted: their id had no row.
+    pub markers: AtomicU64,
+    /// Wakes answered 200: the instance resident, its entry off the schedule.
+    pub woken: AtomicU64,
+    /// Wakes answered 202, otherwise or not at all: tried again the next pass.
+    pub wakes_pending: AtomicU64,
+}
+
 /// Every core's counters, summed.
 pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
     OUTCOMES.iter().enumerate().map(move |(i, name)| {
@@ -87,20 +102,53 @@ pub struct Snapshot {
     pub connections_refused: u64,
     pub uptime_secs: f64,
     pub serving: bool,
+    /// Sweeper passes this node ran.
+    pub sweeps: u64,
+    /// What they deleted, by kind (`placement`, `overwritten`).
+    pub swept: Vec<(&'static str, u64)>,
+    /// The durability sweep's wakes, by result (`woken`, `pending`).
+    pub wakes: Vec<(&'static str, u64)>,
+    /// The fleet as the mirror poll read it.
+    pub fleet: std::sync::Arc<crate::mirror::FleetView>,
+    /// Label workers and placements with hostname and env (hostname-aware mode).
+    pub hostname_aware: bool,
 }
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let mut resolutions = encoder.encode_descriptor(
-            "pinboard_resolutions",
-            "Placement resolutions on this node, by outcome",
-            None,
-            MetricType::Counter,
-        )?;
-        for (outcome, n) in &self.outcomes {
-            let labels = [("outcome", *outcome)];
-            ConstCounter::new(*n).encode(resolutions.encode_family(&labels)?)?;
+        let families = [
+            (
+                "pinboard_resolutions",
+                "Placement resolutions on this node, by outcome",
+                "outcome",
+                &self.outcomes,
+            ),
+            (
+                "pinboard_swept_rows",
+                "What this node's sweeper passes deleted, by kind",
+                "kind",
+                &self.swept,
+            ),
+            (
+                "pinboard_wakes",
+                "Wakes this node's durability sweep sent: woken (200) or pending (202, another status, no answer)",
+                "result",
+                &self.wakes,
+            ),
+        ];
+        for (name, help, label, samples) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (value, n) in samples {
+                ConstCounter::new(*n).encode(family.encode_family(&[(label, *value)])?)?;
+            }
         }
+        let sweeps = ConstCounter::new(self.sweeps);
+        sweeps.encode(encoder.encode_descriptor(
+            "pinboard_sweeps",
+            "Sweeper passes this node ran while holding the sweeper lease",
+            None,
+            sweeps.metric_type(),
+        )?)?;
         let refused = ConstCounter::new(self.connections_refused);
         refused.encode(encoder.encode_descriptor(
             "pinboard_connections_refused",
@@ -108,6 +156,7 @@ impl Collector for Snapshot {
             None,
             refused.metric_type(),
         )?)?;
+        self.encode_fleet(&mut encoder)?;
         let gauges = [
             (
                 "pinboard_connections",
@@ -128,6 +177,65 @@ impl Collector for Snapshot {
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
             gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Snapshot {
+    /// The fleet gauges: workers by namespace and state (and hostname and env in
+    /// hostname-aware mode), placement rows by namespace (and env), the sweeper's holder.
+    fn encode_fleet(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut workers = encoder.encode_descriptor(
+            "pinboard_fleet_workers",
+            "Live workers by namespace and state (live, draining, degraded), from the mirror poll",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((ns, hostname, env), counts) in &self.fleet.workers {
+            for (state, n) in [
+                ("live", counts.live),
+                ("draining", counts.draining),
+                ("degraded", counts.degraded),
+            ] {
+                let gauge = ConstGauge::new(n as i64);
+                if self.hostname_aware {
+                    let labels = [
+                        ("namespace", ns.as_str()),
+                        ("hostname", hostname.as_str()),
+                        ("env", env.as_str()),
+                        ("state", state),
+                    ];
+                    gauge.encode(workers.encode_family(&labels)?)?;
+                } else {
+                    let labels = [("namespace", ns.as_str()), ("state", state)];
+                    gauge.encode(workers.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let mut placements = encoder.encode_descriptor(
+            "pinboard_fleet_placement_rows",
+            "Placement rows by namespace over every bucket, from the mirror poll",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ((ns, env), n) in &self.fleet.placements {
+            let gauge = ConstGauge::new(*n as i64);
+            if self.hostname_aware {
+                let labels = [("namespace", ns.as_str()), ("env", env.as_str())];
+                gauge.encode(placements.encode_family(&labels)?)?;
+            } else {
+                gauge.encode(placements.encode_family(&[("namespace", ns.as_str())])?)?;
+            }
+        }
+        let mut sweeper = encoder.encode_descriptor(
+            "pinboard_sweeper",
+            "1 for the node holding the sweeper lease (none while nobody holds it)",
+            None,
+            MetricType::Gauge,
+        )?;
+        if let Some(node) = &self.fleet.sweeper {
+            ConstGauge::new(1i64).encode(sweeper.encode_family(&[("node", node.as_str())])?)?;
         }
         Ok(())
     }
@@ -216,6 +324,11 @@ mod tests {
             connections_refused: 0,
             uptime_secs: 1.5,
             serving: true,
+            sweeps: 4,
+            swept: vec![("placement", 2), ("overwritten", 1)],
+            wakes: vec![("woken", 1), ("pending", 3)],
+            fleet: Default::default(),
+            hostname_aware: false,
         }
     }
 

@@ -118,9 +118,9 @@ impl Listing {
         while let Some(page) = pages.next().await? {
             let mut run = Run {
                 text: String::new(),
-                kept: Vec::with_capacity(page.rows.len()),
+                kept: Vec::with_capacity(page.entries.len()),
             };
-            for (id, row) in &page.rows {
+            for (id, row) in &page.entries {
                 let Some(&owner) = row.owner().and_then(|o| owners.index.get(o)) else {
                     continue;
                 };

@@ -2,6 +2,8 @@
 //! `Accept` asks for it), for operators whose credential sees
 //! the whole fleet (every namespace, unrestricted hostnames and envs).
 
+use std::sync::atomic::Ordering;
+
 use http::{HeaderValue, StatusCode, header};
 use tracing::error;
 
@@ -12,7 +14,7 @@ use crate::node::Core;
 use crate::passport::Credential;
 
 /// For a credential the route table authorized as an operator's.
-pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
+pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
     let shared = &core.shared;
     let whole_fleet = credential.route_claim().is_ok_and(|claim| {
         claim.all_namespaces() && claim.unrestricted_hostnames() && claim.unrestricted_envs()
@@ -20,12 +22,34 @@ pub fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Respo
     if !whole_fleet {
         return answers::forbidden();
     }
+    let hostname_aware = shared.config.hostname_aware;
+    let fleet = match shared.mirror.view(&core.store, hostname_aware).await {
+        Ok(fleet) => fleet,
+        Err(e) => {
+            error!(error = %e, "reading the fleet for metrics");
+            return answers::metrics_failed();
+        }
+    };
     let snapshot = Snapshot {
+        fleet,
+        hostname_aware,
         outcomes: metrics::outcomes(&shared.counters).collect(),
         connections: shared.connections(),
         connections_refused: shared.counters.iter().map(|c| c.refused()).sum(),
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
+        sweeps: shared.sweeps.passes.load(Ordering::Relaxed),
+        swept: vec![
+            ("placement", shared.sweeps.rows.load(Ordering::Relaxed)),
+            ("overwritten", shared.sweeps.markers.load(Ordering::Relaxed)),
+        ],
+        wakes: vec![
+            ("woken", shared.sweeps.woken.load(Ordering::Relaxed)),
+            (
+                "pending",
+                shared.sweeps.wakes_pending.load(Ordering::Relaxed),
+            ),
+        ],
     };
     let format = Format::from_accept(req.header(header::ACCEPT).map(|v| v.as_bytes()));
     match metrics::render(snapshot, format) {

@@ -113,7 +113,7 @@ pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credenti
                     seen = (page.bucket, HashSet::new());
                 }
                 let mut in_scope = Vec::new();
-                for (id, row) in page.rows {
+                for (id, row) in page.entries {
                     if seen.1.contains(&id) {
                         continue;
                     }

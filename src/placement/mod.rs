@@ -311,6 +311,23 @@ pub async fn clear_overwritten(store: &Store, req: &Request<'_>, epoch: &str) ->
     Ok(())
 }
 
+/// A new placement that inherited a dead owner's wind-down fence: its new owner is told, as
+/// the spec says the fence re-notifies a replacement owner.
+pub async fn tell_inherited_wind_down(
+    store: &Store,
+    ns: &str,
+    id: &str,
+    placement: &Placement,
+) -> Result<(), Error> {
+    if let Some(fence) = placement.inherited_wind_down {
+        let message = [(ns.to_owned(), id.to_owned(), Some(fence))];
+        store
+            .push_wind_downs(&placement.session_id, &message)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Frees a placement this node just made whose forward never reached the worker, so the
 /// client's retry places the id afresh (compare-and-delete on session and epoch).
 pub async fn release(store: &Store, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {

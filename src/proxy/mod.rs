@@ -138,12 +138,7 @@ pub async fn handle(
             }
             refusal => return Ok(refusal.refusal()),
         };
-        if let Some(fence) = placement.inherited_wind_down {
-            let message = [(route.ns.to_owned(), route.id.to_owned(), Some(fence))];
-            core.store
-                .push_wind_downs(&placement.session_id, &message)
-                .await?;
-        }
+        placement::tell_inherited_wind_down(&core.store, route.ns, route.id, &placement).await?;
         let known = match core.upstreams.worker(&placement) {
             // Once per session and core: the owner's URL and secret, from its copy.
             Known::Unknown => {

@@ -20,7 +20,7 @@ use crate::store::{Drain, Session};
 pub use deregister::deregister;
 pub use heartbeat::heartbeat;
 pub use register::register;
-pub use release::{release, tag};
+pub use release::{release, schedule, tag};
 
 /// The route claim of a credential the route table authorized.
 fn claim_of(credential: &Credential) -> Result<&RouteClaim, Error> {

@@ -180,10 +180,15 @@ async fn core_main(
         }
     });
     let core = Rc::new(Core::new(shared.clone(), index));
-    // One claimant per node: the first core.
-    if index == 0 {
+    // The fleet claim, the mirror poll and the sweeper: the first core.
+    let sweeper = (index == 0).then(|| {
         monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
-    }
+        monoio::spawn(crate::mirror::keep_polling(core.clone(), shutdown.clone()));
+        monoio::spawn(crate::sweeper::keep_sweeping(
+            core.clone(),
+            shutdown.clone(),
+        ))
+    });
     let limits = Rc::new(shared.http_limits());
     loop {
         let accepted = monoio::select! {
@@ -226,6 +231,10 @@ async fn core_main(
             open = open(),
             "grace period over; dropping connections"
         );
+    }
+    // The sweeper gives its lease up before the process goes (bounded by the Redis timeout).
+    if let Some(sweeper) = sweeper {
+        sweeper.await;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 mod keys;
 mod records;
 pub mod scripts;
+mod sweeper;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -27,7 +28,8 @@ pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
 };
-use scripts::{BUCKET_WORKER, CONTROL_PUSH, SESSION_DROP};
+use scripts::{BUCKET_WORKER, CONTROL_PUSH, PRUNE, SESSION_DROP};
+pub use sweeper::{DueWake, Sweep};
 
 /// One core's view of the store: its Redis connection and the key names.
 pub struct Store {
@@ -167,13 +169,31 @@ impl Store {
     /// `HSCAN … COUNT 250` per [`RowPages::next`], never one read of a whole bucket. With
     /// `id_prefix`, only ids that start with it (`MATCH`; Redis still walks the same pages).
     pub fn row_pages<'s>(&'s self, env: &str, ns: &str, id_prefix: Option<&str>) -> RowPages<'s> {
-        RowPages {
+        let pattern = id_prefix.map(|p| format!("{}*", glob_escape(p)));
+        RowPages(self.hash_pages(Keys::placements, env, ns, pattern))
+    }
+
+    /// The overwritten markers of (env, ns), bucket after bucket, a page at a time, as
+    /// (id, marker) pairs: the sweeper's walk of them.
+    pub fn marker_pages<'s>(&'s self, env: &str, ns: &str) -> HashPages<'s> {
+        self.hash_pages(Keys::overwritten, env, ns, None)
+    }
+
+    fn hash_pages<'s>(
+        &'s self,
+        hash: fn(&Keys, u32, &str, &str) -> KeyName,
+        env: &str,
+        ns: &str,
+        pattern: Option<String>,
+    ) -> HashPages<'s> {
+        HashPages {
             store: self,
+            hash,
             env: env.to_owned(),
             ns: ns.to_owned(),
-            pattern: id_prefix.map(|p| format!("{}*", glob_escape(p))),
+            pattern,
             bucket: 0,
-            key: self.keys.placements(0, env, ns),
+            key: hash(&self.keys, 0, env, ns),
             cursor: None,
             pace: false,
             started: None,
@@ -345,6 +365,41 @@ impl Store {
         Ok(total)
     }
 
+    /// The mirror poll's prune (contract §6): the session records dead for more than a lease
+    /// and the bindings no live worker uses (`prune.lua`), then, in every bucket, the copies
+    /// dead for more than a lease and their namespace-list entries. How many records went.
+    pub async fn prune(&self) -> Result<u64, Error> {
+        let keys = &self.keys;
+        let pruned = self
+            .run_int(
+                &PRUNE,
+                &[
+                    keys.sessions().as_bytes(),
+                    keys.clients().as_bytes(),
+                    keys.bind_hosts().as_bytes(),
+                    keys.bind_envs().as_bytes(),
+                    keys.bind_quarantine().as_bytes(),
+                ],
+                &[self.lease.as_bytes()],
+            )
+            .await?;
+        let copy = BucketCopy::default();
+        let calls = (0..keys.shards()).map(|b| {
+            let call = BucketCall {
+                bucket: b,
+                op: BucketOp::Prune,
+                session_id: "",
+                copy: &copy,
+                held: &[],
+            };
+            async move { self.bucket_worker(&call).await }
+        });
+        for outcome in join_all(calls).await {
+            outcome?;
+        }
+        Ok(pruned.try_into().unwrap_or(0))
+    }
+
     /// Drops a session everywhere: its registry record, then its copy in every bucket. With
     /// `live`, a session whose lease ran out counts as unknown (and its record stays). False
     /// when the registry had no such (live) record.
@@ -396,6 +451,7 @@ impl Store {
             BucketOp::Put { replaces, prev } => ("put", "prune", replaces, prev),
             BucketOp::Renew => ("renew", "", "", ""),
             BucketOp::Drop => ("drop", "", "", ""),
+            BucketOp::Prune => ("prune", "prune", "", ""),
         };
         // The reclaimed ids' placements hashes, each declared once.
         let mut placements: BTreeMap<(&str, &str), usize> = BTreeMap::new();
@@ -404,7 +460,7 @@ impl Store {
             placements.entry((env, ns)).or_insert(next);
         }
         let record = match call.op {
-            BucketOp::Drop => String::new(),
+            BucketOp::Drop | BucketOp::Prune => String::new(),
             _ => call.copy.encode(),
         };
         for _ in 0..STALE_RETRIES {
@@ -412,7 +468,7 @@ impl Store {
             // bucket it may drop (all of them when it prunes, else the named sessions').
             let mut names: Vec<String> = call.copy.list_names().collect();
             let others: Vec<BucketCopy> = match call.op {
-                BucketOp::Put { .. } => {
+                BucketOp::Put { .. } | BucketOp::Prune => {
                     // One `HVALS`: a bucket's copies are one per worker session (tombstones
                     // and expired copies until pruned), not one per placement.
                     let all = self
@@ -503,19 +559,23 @@ const PAGE_STR: &str = "250";
 /// field, and grows faster than linearly past a few hundred: on the project's (busy) 2-core
 /// machine 100 rows took a `wind_down.lua` call 0.5–1 ms, 1000 rows 10–15 ms.
 pub const SCRIPT_PAGE: usize = 100;
+const SCRIPT_PAGE_STR: &str = "100";
 
-/// A walk over the placement rows of one (env, ns), bucket by bucket ([`Store::row_pages`]).
-pub struct RowPages<'s> {
+/// A walk over one hash of (env, ns) in every bucket, bucket by bucket: the placements
+/// ([`Store::row_pages`]) or the overwritten markers ([`Store::marker_pages`]).
+pub struct HashPages<'s> {
     store: &'s Store,
+    /// Which hash of a bucket.
+    hash: fn(&Keys, u32, &str, &str) -> KeyName,
     env: String,
     ns: String,
     pattern: Option<String>,
     bucket: u32,
-    /// The bucket's placements hash.
+    /// The bucket's hash.
     key: KeyName,
     /// Where the bucket's walk stands: `None` before its first page.
     cursor: Option<String>,
-    /// Paced ([`RowPages::paced`]): when the page before was asked for.
+    /// Paced ([`HashPages::paced`]): when the page before was asked for.
     pace: bool,
     started: Option<Instant>,
 }
@@ -523,26 +583,27 @@ pub struct RowPages<'s> {
 /// The longest a paced walk waits before a page.
 const MAX_PACE: Duration = Duration::from_millis(20);
 
-/// One page of rows, all of one bucket.
-pub struct RowPage {
+/// One page of a hash, all of one bucket.
+pub struct Page<T> {
     pub bucket: u32,
-    /// (id, row); rows that do not decode are left out. An id may come again in a later page
-    /// of the same bucket (never in another bucket's).
-    pub rows: Vec<(String, PlacementRow)>,
+    /// An entry may come again in a later page of the same bucket (never in another
+    /// bucket's).
+    pub entries: Vec<T>,
 }
 
-impl RowPages<'_> {
+impl HashPages<'_> {
     /// A walk that takes at most about half of the time it runs for: before each page it
     /// waits as long as the page before took (its HSCAN and what the caller did with it, up
-    /// to 20 ms). For a read in the background of the data plane (the overview): a walk
-    /// asking for page after page would take a core's worth of the node and of Redis.
+    /// to 20 ms). For a walk in the background of the data plane (the overview, the
+    /// sweeper): one asking for page after page would take a core's worth of the node and of
+    /// Redis.
     pub fn paced(mut self) -> Self {
         self.pace = true;
         self
     }
 
-    /// The next page with at least one row, or `None` once every bucket has been walked.
-    pub async fn next(&mut self) -> Result<Option<RowPage>, Error> {
+    /// The next page with at least one field, or `None` once every bucket has been walked.
+    pub async fn next(&mut self) -> Result<Option<Page<(String, Bytes)>>, Error> {
         let shards = self.store.keys.shards();
         while self.bucket < shards {
             if self.pace {
@@ -552,7 +613,7 @@ impl RowPages<'_> {
                 self.started = Some(Instant::now());
             }
             let cursor = self.cursor.as_deref().unwrap_or("0");
-            let (next, pairs) = self
+            let (next, entries) = self
                 .store
                 .scan_page(&self.key, cursor, self.pattern.as_deref())
                 .await?;
@@ -561,17 +622,42 @@ impl RowPages<'_> {
                 self.bucket += 1;
                 self.cursor = None;
                 if self.bucket < shards {
-                    self.key = self.store.keys.placements(self.bucket, &self.env, &self.ns);
+                    self.key = (self.hash)(&self.store.keys, self.bucket, &self.env, &self.ns);
                 }
             } else {
                 self.cursor = Some(next);
             }
-            let rows: Vec<(String, PlacementRow)> = pairs
+            if !entries.is_empty() {
+                return Ok(Some(Page { bucket, entries }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A walk over the placement rows of one (env, ns), bucket by bucket ([`Store::row_pages`]).
+pub struct RowPages<'s>(HashPages<'s>);
+
+impl RowPages<'_> {
+    /// See [`HashPages::paced`].
+    pub fn paced(self) -> Self {
+        RowPages(self.0.paced())
+    }
+
+    /// The next page with at least one row, as (id, row); rows that do not decode are left
+    /// out. `None` once every bucket has been walked.
+    pub async fn next(&mut self) -> Result<Option<Page<(String, PlacementRow)>>, Error> {
+        while let Some(page) = self.0.next().await? {
+            let entries: Vec<(String, PlacementRow)> = page
+                .entries
                 .into_iter()
                 .filter_map(|(id, raw)| Some((id, PlacementRow::decode(&raw)?)))
                 .collect();
-            if !rows.is_empty() {
-                return Ok(Some(RowPage { bucket, rows }));
+            if !entries.is_empty() {
+                return Ok(Some(Page {
+                    bucket: page.bucket,
+                    entries,
+                }));
             }
         }
         Ok(None)
@@ -596,9 +682,14 @@ fn decode_session(raw: &[u8]) -> Result<Session, Error> {
 
 #[derive(Clone, Copy)]
 enum BucketOp<'a> {
-    Put { replaces: &'a str, prev: &'a str },
+    Put {
+        replaces: &'a str,
+        prev: &'a str,
+    },
     Renew,
     Drop,
+    /// The mirror poll's: only the prune of copies dead for more than a lease.
+    Prune,
 }
 
 struct BucketCall<'a> {
@@ -640,6 +731,12 @@ pub struct Reclaim<'a> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn page_sizes_are_spelled_as_they_are() {
+        assert_eq!(super::PAGE.to_string(), super::PAGE_STR);
+        assert_eq!(super::SCRIPT_PAGE.to_string(), super::SCRIPT_PAGE_STR);
+    }
+
     #[test]
     fn an_id_prefix_matches_itself_only() {
         assert_eq!(super::glob_escape("H~a.b-1_"), "H~a.b-1_");

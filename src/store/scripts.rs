@@ -28,6 +28,8 @@ pub static READY: LazyLock<Script> = script!("ready");
 pub static REGISTER: LazyLock<Script> = script!("register");
 /// The registry half of a heartbeat: lease, flags, superseded check, control queue peek.
 pub static HEARTBEAT: LazyLock<Script> = script!("heartbeat");
+/// The mirror poll's prune of the registry slot.
+pub static PRUNE: LazyLock<Script> = script!("prune");
 /// Drops a session from the registry slot (deregister, voided registration).
 pub static SESSION_DROP: LazyLock<Script> = script!("session_drop");
 /// Queues control messages to a session.
@@ -50,13 +52,24 @@ pub static BINDING: LazyLock<Script> = script!("binding");
 pub static OVERWRITTEN_CLEAR: LazyLock<Script> = script!("overwritten_clear");
 /// Compare-and-set of a placement's owner tag.
 pub static TAG: LazyLock<Script> = script!("tag");
+/// Compare-and-set of ids' wake entries (the wake schedule, contract §7).
+pub static SCHEDULE: LazyLock<Script> = script!("schedule");
+/// The durability sweep: due ids without a placed row paged in as placeholders.
+pub static WAKE_DUE: LazyLock<Script> = script!("wake_due");
+/// The durability sweep: a woken id leaves the schedule (unless scheduled again).
+pub static WAKE_DONE: LazyLock<Script> = script!("wake_done");
+/// The sweeper lease: claim (or renew) and release.
+pub static SWEEPER: LazyLock<Script> = script!("sweeper");
+/// The sweeper's GC of one page of a bucket: dead-owner rows, or markers without a row.
+pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 14] = [
+pub static ALL: [&LazyLock<Script>; 20] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
     &SESSION_DROP,
+    &PRUNE,
     &CONTROL_PUSH,
     &BUCKET_WORKER,
     &RELEASE,
@@ -67,6 +80,11 @@ pub static ALL: [&LazyLock<Script>; 14] = [
     &BINDING,
     &OVERWRITTEN_CLEAR,
     &TAG,
+    &SCHEDULE,
+    &SWEEPER,
+    &SWEEP_ROWS,
+    &WAKE_DUE,
+    &WAKE_DONE,
 ];
 
 #[cfg(test)]

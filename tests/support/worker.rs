@@ -88,6 +88,8 @@ struct State {
     values: HashMap<String, String>,
     seen: Vec<Seen>,
     tunnels: Vec<TunnelEnd>,
+    /// How many of the next `_wake`s answer 202 `{"activating":true}` (then the echo, a 200).
+    activating: usize,
 }
 
 pub struct TestWorker {
@@ -107,6 +109,7 @@ impl TestWorker {
             secret,
             mode: Mode::Honest,
             serve: Serve::Echo,
+            activating: 0,
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
@@ -152,6 +155,12 @@ impl TestWorker {
 
     pub fn set_mode(&self, mode: Mode) {
         self.state.lock().unwrap().mode = mode;
+    }
+
+    /// The next `n` `POST …/_wake`s answer 202 `{"activating":true}`, as a worker hydrating
+    /// the instance does; later ones the usual echo (200).
+    pub fn set_activating(&self, n: usize) {
+        self.state.lock().unwrap().activating = n;
     }
 
     pub fn set_serve(&self, serve: Serve) {
@@ -288,9 +297,13 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             conn: n,
             at: std::time::Instant::now(),
         };
-        let (mode, serve, secret, value) = {
+        let (mode, serve, secret, value, activating) = {
             let mut s = state.lock().unwrap();
             s.seen.push(seen.clone());
+            let activating = path.ends_with("/_wake") && s.activating > 0;
+            if activating {
+                s.activating -= 1;
+            }
             let challenge = path
                 .split_once("challenge=")
                 .map(|(_, c)| c.to_string())
@@ -300,10 +313,18 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
                 s.serve,
                 s.secret.clone(),
                 s.values.get(&challenge).cloned(),
+                activating,
             )
         };
         let keep = if path.starts_with("/_pinned/challenge") {
             answer_probe(&mut conn, mode, &seen, &secret, value)
+        } else if activating {
+            let body = r#"{"activating":true}"#;
+            let head = format!(
+                "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            conn.write_all(format!("{head}{body}").as_bytes()).is_ok()
         } else if serve == Serve::Upgrade {
             // What follows the head (bytes sent right after it) already belongs to the tunnel.
             let end = upgrade_echo(&mut conn, std::mem::take(&mut buf));

@@ -7,6 +7,16 @@
 //! A counter lives with its placement: it restarts at 1 when the instance is (re)activated
 //! here, and is dropped when the instance is released, evicted or wound down.
 //!
+//! With `--durable-dir DIR` (a [`FileStore`] there), an instance can also be a ticker, which
+//! outlives its placement: it ticks every `--tick-secs` (default 5) by scheduling its own wake.
+//! - `POST   /{ns}/{id}/ticker`  starts it (keeping its count if it ran before):
+//!   `{"ticks","nextWakeMs"}`
+//! - `GET    /{ns}/{id}/ticks`   `{"ticks","nextWakeMs"}` as the store holds them
+//! - `DELETE /{ns}/{id}/ticker`  stops it and forgets it: `{"stopped": bool}`
+//!
+//! Each `_wake` adds one tick, saves it and schedules the next wake; the node's durability
+//! sweep sends it to whichever worker holds the instance then, placing it first if none does.
+//!
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
@@ -14,9 +24,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ahash::RandomState;
 use bytes::Bytes;
@@ -24,9 +36,10 @@ use clap::Parser;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, StatusCode};
 use pinned::{
-    App, Config, DriverKind, Error, Event, Handle, Instance, Request, Response, Takeover, Worker,
+    App, Config, DriverKind, Error, Event, FileStore, Handle, Instance, Request, Response,
+    Takeover, Worker,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 use tracing::{info, warn};
 
 const MAX_ECHO: usize = 1024 * 1024;
@@ -80,6 +93,12 @@ struct Args {
     /// Instances expected at once: sizes the worker's held map and the counters up front.
     #[arg(long, env = "PINNED_EXPECTED_INSTANCES", default_value_t = 0)]
     expected_instances: usize,
+    /// Keep durable instances (tickers) in this directory, and serve `_wake`.
+    #[arg(long, env = "PINNED_DURABLE_DIR")]
+    durable_dir: Option<PathBuf>,
+    /// Seconds between a ticker's ticks.
+    #[arg(long, env = "PINNED_TICK_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    tick_secs: u64,
 }
 
 fn ns_env(pair: &str) -> Result<(String, String), String> {
@@ -90,7 +109,7 @@ fn ns_env(pair: &str) -> Result<(String, String), String> {
 }
 
 impl Args {
-    fn config(self) -> Config {
+    fn config(self) -> std::io::Result<Config> {
         let namespaces: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
         let mut config = Config::new(&self.registry, &self.token, &self.client_id, &namespaces);
         config.listen = self.listen;
@@ -111,7 +130,10 @@ impl Args {
         });
         config.epoch = self.epoch;
         config.expected_instances = self.expected_instances;
-        config
+        if let Some(dir) = self.durable_dir {
+            config.durability = Some(Arc::new(FileStore::open(dir)?));
+        }
+        Ok(config)
     }
 }
 
@@ -132,10 +154,12 @@ struct Counters {
     router: RandomState,
     shards: Vec<Mutex<Counts>>,
     stop: Sender<Stop>,
+    /// A ticker's period.
+    tick: Duration,
 }
 
 impl Counters {
-    fn new(expected: usize, stop: Sender<Stop>) -> Counters {
+    fn new(expected: usize, stop: Sender<Stop>, tick: Duration) -> Counters {
         let per_shard = expected.div_ceil(SHARDS);
         let per_shard = per_shard + per_shard / 8;
         let shards = (0..SHARDS)
@@ -150,6 +174,7 @@ impl Counters {
             router: RandomState::new(),
             shards,
             stop,
+            tick,
         }
     }
 
@@ -161,6 +186,65 @@ impl Counters {
     fn forget(&self, ns: &str, id: &str) {
         self.counts(ns, id).remove(&(ns.to_owned(), id.to_owned()));
     }
+
+    /// The ticker routes, `None` for any other path or without a store.
+    async fn ticker(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        method: &Method,
+    ) -> Option<Result<Value, String>> {
+        let store = worker.store()?;
+        let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        let ticks = || -> Result<Option<u64>, String> {
+            let state = store.load(ns, id).map_err(|e| e.to_string())?;
+            Ok(state.as_deref().and_then(read_ticks))
+        };
+        let answer = match (method.clone(), instance.rest.as_str()) {
+            (Method::GET, "/ticks") => ticks().and_then(|ticks| {
+                let next = store.scheduled(ns, id).map_err(|e| e.to_string())?;
+                Ok(json!({ "ticks": ticks, "nextWakeMs": next }))
+            }),
+            (Method::POST, "/ticker") => match ticks() {
+                Ok(ticks) => self.tick(worker, ns, id, ticks.unwrap_or(0)).await,
+                Err(e) => Err(e),
+            },
+            (Method::DELETE, "/ticker") => {
+                let stopped = ticks().map(|t| t.is_some());
+                let cancelled = worker.cancel_wake(ns, id).await.map_err(|e| e.to_string());
+                let removed = store.remove(ns, id).map_err(|e| e.to_string());
+                removed
+                    .and(cancelled)
+                    .and(stopped)
+                    .map(|stopped| json!({ "stopped": stopped }))
+            }
+            _ => return None,
+        };
+        Some(answer)
+    }
+
+    /// Saves `ticks` and schedules the next tick.
+    async fn tick(&self, worker: &Handle, ns: &str, id: &str, ticks: u64) -> Result<Value, String> {
+        let store = worker.store().ok_or("no durability store")?;
+        let state = json!({ "ticks": ticks }).to_string();
+        store
+            .save(ns, id, state.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let next = SystemTime::now() + self.tick;
+        worker
+            .schedule_wake(ns, id, next)
+            .await
+            .map_err(|e| format!("scheduling the next tick: {e}"))?;
+        let next_ms = next
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Ok(json!({ "ticks": ticks, "nextWakeMs": next_ms }))
+    }
+}
+
+/// A ticker's count from its saved state (`{"ticks": n}`).
+fn read_ticks(state: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<Value>(state).ok()?["ticks"].as_u64()
 }
 
 impl App for Counters {
@@ -171,6 +255,14 @@ impl App for Counters {
         req: &mut Request<'_>,
     ) -> Result<Response, Error> {
         let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        match self.ticker(worker, instance, req.method()).await {
+            Some(Ok(answer)) => return Ok(Response::json_value(StatusCode::OK, &answer)),
+            Some(Err(detail)) => {
+                let detail = json!({ "detail": detail });
+                return Ok(Response::json_value(StatusCode::BAD_GATEWAY, &detail));
+            }
+            None => {}
+        }
         match (req.method().clone(), instance.rest.as_str()) {
             (Method::GET, "/count") => {
                 let count = {
@@ -226,6 +318,26 @@ impl App for Counters {
         }
     }
 
+    /// A ticker's wake: one more tick, saved, and the next one scheduled. A wake for an
+    /// instance with no saved ticker (stopped meanwhile) does nothing.
+    async fn on_wake(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        state: Option<Vec<u8>>,
+    ) -> Result<(), Error> {
+        let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        let Some(ticks) = state.as_deref().and_then(read_ticks) else {
+            return Ok(());
+        };
+        match self.tick(worker, ns, id, ticks + 1).await {
+            Ok(_) => info!(%ns, %id, ticks = ticks + 1, "tick"),
+            // Saved, not rescheduled: a failed hook would only make the sweep tick it twice.
+            Err(e) => warn!(%ns, %id, error = %e, "tick"),
+        }
+        Ok(())
+    }
+
     async fn on_event(&self, worker: &Handle, event: Event) {
         match event {
             Event::Registered { session_id, .. } => println!("registered session={session_id}"),
@@ -265,8 +377,16 @@ fn main() -> ExitCode {
         eprintln!("pinned-example: cannot install signal handlers: {e}");
         return ExitCode::from(2);
     }
-    let counters = Counters::new(args.expected_instances, stop);
-    let worker = match Worker::start(args.config(), counters) {
+    let tick = Duration::from_secs(args.tick_secs);
+    let counters = Counters::new(args.expected_instances, stop, tick);
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("pinned-example: --durable-dir: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let worker = match Worker::start(config, counters) {
         Ok(worker) => worker,
         Err(e) => {
             eprintln!("pinned-example: {e}");

@@ -11,8 +11,33 @@ pub mod node;
 pub mod redis;
 
 use std::future::Future;
+use std::time::Duration;
 
 pub use node::eventually;
+use pinned::{App, Config, Worker};
+
+/// A worker of `account` (with the `pinboard:worker` scope, every namespace) serving
+/// `namespaces` for `app`, registered with `node`: returns once it holds a session.
+pub fn registered<A: App>(
+    node: &node::Node,
+    account: &str,
+    namespaces: &[&str],
+    app: A,
+    configure: impl FnOnce(&mut Config),
+) -> Worker {
+    let token = node::token(account, &["pinboard:worker"], &["*"]);
+    let mut config = Config::new(&node.url(), &token, "worker-1", namespaces);
+    config.call_timeout = Duration::from_secs(5);
+    configure(&mut config);
+    let worker = Worker::start(config, app).unwrap();
+    let handle = worker.handle();
+    assert!(
+        eventually(Duration::from_secs(15), || handle.session_id().is_some()),
+        "no registration:\n{}",
+        node.log()
+    );
+    worker
+}
 
 /// Runs `future` on a throwaway monoio event loop (for [`pinned::Handle`]'s async calls from a
 /// test thread).
@@ -35,12 +60,23 @@ pub fn now() -> u64 {
 /// An attestation as Pinboard signs it, minted with an independent JWT implementation.
 /// The attestation Pinboard signs onto a forward of `path` (`/{ns}/{id}...`) at `epoch`.
 pub fn attestation(secret: &str, session: &str, path: &str, epoch: &str) -> String {
+    attestation_for("forward", secret, session, path, epoch)
+}
+
+/// As [`attestation`], for another `purpose` (`"wake"` for the durability sweep's `_wake`).
+pub fn attestation_for(
+    purpose: &str,
+    secret: &str,
+    session: &str,
+    path: &str,
+    epoch: &str,
+) -> String {
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     header.typ = Some("pinboard+jwt".into());
     let inst: String = path.split('/').take(3).collect::<Vec<_>>().join("/");
     let claims = serde_json::json!({
         "aud": session, "iat": now(), "exp": now() + 30,
-        "purpose": "forward", "inst": inst, "epoch": epoch,
+        "purpose": purpose, "inst": inst, "epoch": epoch,
     });
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
     jsonwebtoken::encode(&header, &claims, &key).unwrap()

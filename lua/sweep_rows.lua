@@ -1,0 +1,44 @@
+-- The sweeper's GC of one page of (env, ns) in a bucket, atomic in the bucket's slot
+-- (contract §6). The caller walks the hash with HSCAN and hands each page's ids here, at most
+-- 100 a call (SCRIPT_PAGE); every condition is judged again here, on the row as it is now.
+--
+-- KEYS[1]  the placements hash of (env, ns)   KEYS[2] the overwritten hash of (env, ns)
+-- KEYS[3]  the wake schedule of (env, ns)     KEYS[4] the bucket's liveness entries
+-- KEYS[5]  the bucket's worker copies
+-- ARGV[1]  'rows' or 'markers'   ARGV[2] lease TTL (ms)   ARGV[3…] ids
+--
+-- 'rows': deletes each row whose owner is gone or dead for more than a lease (no copy in the
+-- bucket, or its expiry a lease past; an ownerless placeholder has none), unless the id is on
+-- the wake schedule or the row's wind-down fence has not passed. The lease of grace is the
+-- one the registry gives a dead record before pruning it: a worker that re-registers within
+-- it (after a Redis or network outage) still reclaims its rows.
+-- 'markers': deletes each overwritten marker whose id has no row.
+--
+-- Returns the number deleted.
+local placements, overwritten, wake, alive, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = now_ms()
+local lease = tonumber(ARGV[2])
+local deleted = 0
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if ARGV[1] == 'markers' then
+    if redis.call('HEXISTS', placements, id) == 0 then
+      deleted = deleted + redis.call('HDEL', overwritten, id)
+    end
+  else
+    local raw = redis.call('HGET', placements, id)
+    if raw then
+      local row = cjson.decode(raw)
+      local expiry
+      if type(row.sessionId) == 'string' and row.sessionId ~= '' then
+        expiry = owner_of(alive, workers, row.sessionId)
+      end
+      local owner_dead = not expiry or expiry + lease < now
+      local fenced = row.expiry and row.expiry > now
+      if owner_dead and not fenced and not redis.call('ZSCORE', wake, id) then
+        deleted = deleted + redis.call('HDEL', placements, id)
+      end
+    end
+  end
+end
+return deleted

@@ -1,0 +1,44 @@
+-- The durability sweep's first step for one page of due ids of (env, ns) in a bucket
+-- (contract §7), atomic in the bucket's slot: an id whose row is not placed (no row, its
+-- owner gone or dead, or its wind-down passed) is paged in as an ownerless placeholder row
+-- {"sessionId":"","hostname":H}, H the hostname of its last row (the resurrection target),
+-- so that a resolve from that hostname places it. A dead owner's row it replaces is listed
+-- on the overwritten hash as a resolve would list it, and an unexpired wind-down fence stays
+-- on the placeholder, for the new owner to inherit.
+--
+-- KEYS[1]  the placements hash of (env, ns)   KEYS[2] the overwritten hash of (env, ns)
+-- KEYS[3]  the bucket's liveness entries      KEYS[4] the bucket's worker copies
+-- ARGV     the due ids, at most 100
+--
+-- Returns, per id in order, the hostname to resolve it from: its live owner's, or H ('' in
+-- single mode, or when no row ever named one).
+local placements, overwritten, alive, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = now_ms()
+local hostnames = {}
+for i, id in ipairs(ARGV) do
+  local raw = redis.call('HGET', placements, id)
+  local row = raw and cjson.decode(raw) or {}
+  local owned = type(row.sessionId) == 'string' and row.sessionId ~= ''
+  local expiry, owner_hostname
+  if owned then
+    expiry, owner_hostname = owner_of(alive, workers, row.sessionId)
+  end
+  local fence_passed = row.expiry and row.expiry <= now
+  if expiry and expiry > now and not fence_passed then
+    hostnames[i] = owner_hostname
+  else
+    local target = row.hostname or owner_hostname or ''
+    hostnames[i] = target
+    if owned or not raw then
+      local placeholder = {sessionId = '', hostname = target}
+      if row.expiry and row.expiry > now then
+        placeholder.expiry = row.expiry
+      end
+      redis.call('HSET', placements, id, cjson.encode(placeholder))
+      if owned then
+        redis.call('HSET', overwritten, id, row.epoch or '')
+      end
+    end
+  end
+end
+return hostnames

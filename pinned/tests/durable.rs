@@ -1,0 +1,445 @@
+//! Durability (contract §7) through the public API: the [`FileStore`] on real files, and
+//! `POST /{ns}/{id}/_wake` on a worker registered with a real `pinboard serve` and
+//! redis-server, sent straight to the worker attested as the node's sweep would send it.
+//!
+//! `POST /registry/schedule` is not tested end to end here: the node does not serve it yet
+//! (its request and answer are unit-tested in `src/handle.rs`).
+//!
+//! Needs the `pinboard` binary next to this test (see `support/node.rs`).
+
+mod support;
+
+use std::fs;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pinned::{
+    App, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response, Worker,
+};
+use serde_json::{Value, json};
+use support::http::{Client, Reply};
+use support::node::Node;
+use support::redis::RedisServer;
+use support::{attestation, attestation_for, eventually, registered};
+
+#[test]
+fn the_file_store_round_trips_state_and_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path().join("a/b")).unwrap();
+    assert_eq!(store.load("/threads", "t1").unwrap(), None);
+    assert_eq!(store.scheduled("/threads", "t1").unwrap(), None);
+    store.save("/threads", "t1", b"one").unwrap();
+    store.schedule("/threads", "t1", 1_700_000_000_000).unwrap();
+    store.save("/threads", "t1", b"two\n\0bytes").unwrap();
+    store.save("/threads", "empty", b"").unwrap();
+    assert_eq!(
+        store.load("/threads", "t1").unwrap().as_deref(),
+        Some(&b"two\n\0bytes"[..])
+    );
+    assert_eq!(
+        store.scheduled("/threads", "t1").unwrap(),
+        Some(1_700_000_000_000)
+    );
+    assert_eq!(
+        store.load("/threads", "empty").unwrap(),
+        Some(Vec::new()),
+        "an empty state is a state"
+    );
+    // Namespaces keep instances apart.
+    assert_eq!(store.load("/docs", "t1").unwrap(), None);
+
+    // Another store on the same directory (a restarted worker) reads the same.
+    let again = FileStore::open(store.dir()).unwrap();
+    assert_eq!(
+        again.load("/threads", "t1").unwrap().as_deref(),
+        Some(&b"two\n\0bytes"[..])
+    );
+    again.cancel("/threads", "t1").unwrap();
+    assert_eq!(store.scheduled("/threads", "t1").unwrap(), None);
+    assert!(
+        store.load("/threads", "t1").unwrap().is_some(),
+        "cancel keeps the state"
+    );
+    store.schedule("/threads", "wake-only", 5).unwrap();
+    assert_eq!(store.load("/threads", "wake-only").unwrap(), None);
+    assert_eq!(store.scheduled("/threads", "wake-only").unwrap(), Some(5));
+
+    for id in ["t1", "empty", "wake-only"] {
+        store.remove("/threads", id).unwrap();
+        assert_eq!(store.load("/threads", id).unwrap(), None);
+        assert_eq!(store.scheduled("/threads", id).unwrap(), None);
+    }
+    store.remove("/threads", "never-there").unwrap();
+    assert_eq!(
+        fs::read_dir(store.dir()).unwrap().count(),
+        0,
+        "nothing left behind, temporary files included"
+    );
+
+    // A file that is not a whole state file of its instance is an error, not a state.
+    store.save("/threads", "t2", b"state").unwrap();
+    let path = store.path_of("/threads", "t2");
+    let whole = fs::read(&path).unwrap();
+    fs::write(&path, &whole[..whole.len() - 1]).unwrap();
+    let torn = store.load("/threads", "t2").unwrap_err();
+    assert_eq!(torn.kind(), std::io::ErrorKind::InvalidData);
+    fs::copy(&path, store.path_of("/threads", "t3")).unwrap();
+    assert!(
+        store.load("/threads", "t3").is_err(),
+        "another instance's file"
+    );
+}
+
+#[test]
+fn hostile_ids_stay_inside_the_directory_and_apart() {
+    let outer = tempfile::tempdir().unwrap();
+    let store = FileStore::open(outer.path().join("store")).unwrap();
+    let long = "x".repeat(300);
+    let longer = "x".repeat(301);
+    let huge = "../".repeat(4000);
+    let hostile = [
+        "../x",
+        "../../x",
+        "..",
+        ".",
+        "",
+        "a/b",
+        "/abs",
+        "a\0b",
+        "\0",
+        "%2F",
+        "a.b",
+        "~",
+        "é\u{202e}",
+        long.as_str(),
+        longer.as_str(),
+        huge.as_str(),
+    ];
+    for (n, id) in hostile.iter().enumerate() {
+        store.save("/t", id, n.to_string().as_bytes()).unwrap();
+        store.schedule("/t", id, n as u64).unwrap();
+        let path = store.path_of("/t", id);
+        assert_eq!(path.parent(), Some(store.dir()), "{id:?}");
+    }
+    // Hostile namespaces too, and a namespace/id split that would join to the same text.
+    store.save("/../t", "x", b"ns").unwrap();
+    store.save("/t.x", "y", b"dot-ns").unwrap();
+    for (n, id) in hostile.iter().enumerate() {
+        let state = store.load("/t", id).unwrap();
+        assert_eq!(state, Some(n.to_string().into_bytes()), "{id:?}");
+        assert_eq!(store.scheduled("/t", id).unwrap(), Some(n as u64), "{id:?}");
+    }
+    assert_eq!(
+        store.load("/../t", "x").unwrap().as_deref(),
+        Some(&b"ns"[..])
+    );
+    assert_eq!(store.load("/t", "x.y").unwrap(), None);
+    assert_eq!(
+        store.load("/t.x", "y").unwrap().as_deref(),
+        Some(&b"dot-ns"[..])
+    );
+
+    // Every file is a plain file directly in the store, and nothing was written beside it.
+    let outside: Vec<_> = fs::read_dir(outer.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, ["store"]);
+    let inside: Vec<_> = fs::read_dir(store.dir())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(inside.len(), hostile.len() + 2);
+    for entry in inside {
+        assert!(entry.file_type().unwrap().is_file());
+        let name = entry.file_name().into_string().unwrap();
+        assert!(!name.starts_with('.') && name.len() <= 255, "{name}");
+    }
+}
+
+const ACCOUNT: &str = "acct-1";
+
+/// Counts its wakes; each waits while `hold` is set, fails while `fail` is.
+#[derive(Clone, Default)]
+struct Sleeper {
+    hold: Arc<AtomicBool>,
+    fail: Arc<AtomicBool>,
+    wakes: Arc<Mutex<Vec<Woken>>>,
+}
+
+/// A wake the hook saw: (ns, id, epoch, activated, state).
+type Woken = (String, String, String, bool, Option<Vec<u8>>);
+
+impl Sleeper {
+    fn wakes(&self) -> usize {
+        self.wakes.lock().unwrap().len()
+    }
+}
+
+impl App for Sleeper {
+    async fn handle(
+        &self,
+        _: &Handle,
+        instance: &Instance,
+        _: &mut Request<'_>,
+    ) -> Result<Response, Error> {
+        Ok(Response::json_value(
+            http::StatusCode::OK,
+            &json!({ "rest": instance.rest, "activated": instance.activated }),
+        ))
+    }
+
+    async fn on_wake(
+        &self,
+        _: &Handle,
+        instance: &Instance,
+        state: Option<Vec<u8>>,
+    ) -> Result<(), Error> {
+        self.wakes.lock().unwrap().push((
+            instance.ns.clone(),
+            instance.id.clone(),
+            instance.epoch.as_str().to_owned(),
+            instance.activated,
+            state,
+        ));
+        while self.hold.load(Ordering::SeqCst) {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Error::new(Origin::Internal, "told to fail"));
+        }
+        Ok(())
+    }
+}
+
+struct Fleet {
+    _redis: RedisServer,
+    node: Node,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        let redis = RedisServer::start();
+        let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "5000")]);
+        Fleet {
+            _redis: redis,
+            node,
+        }
+    }
+
+    fn worker(&self, app: &Sleeper, store: Option<Arc<FileStore>>) -> Worker {
+        registered(&self.node, ACCOUNT, &["/threads"], app.clone(), |config| {
+            config.durability = store.map(|s| s as Arc<dyn DurabilityStore>);
+            config.wake_wait = Duration::from_millis(300);
+        })
+    }
+}
+
+/// `method path` to the worker with these headers.
+fn send(handle: &Handle, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: w\r\nContent-Length: 0\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    Client::connect(handle.local_addr()).request(format!("{head}\r\n").as_bytes())
+}
+
+/// The sweep's `_wake` of `/threads/{id}` at `epoch`, attested for `inst` at `token_epoch`.
+fn wake_as(handle: &Handle, purpose: &str, id: &str, inst: &str, epochs: (&str, &str)) -> Reply {
+    let session = handle.session_id().unwrap();
+    let token = attestation_for(purpose, handle.secret(), &session, inst, epochs.1);
+    let headers = [
+        ("Pinboard-Attestation", token.as_str()),
+        ("Pinboard-Epoch", epochs.0),
+    ];
+    send(handle, "POST", &format!("/threads/{id}/_wake"), &headers)
+}
+
+fn wake(handle: &Handle, id: &str, epoch: &str) -> Reply {
+    wake_as(
+        handle,
+        "wake",
+        id,
+        &format!("/threads/{id}"),
+        (epoch, epoch),
+    )
+}
+
+fn json_of(reply: &Reply, status: u16) -> Value {
+    assert_eq!(reply.status, status, "{reply:?}");
+    reply.json()
+}
+
+#[test]
+fn wake_is_attested_fenced_and_answers_202_until_resident() {
+    let fleet = Fleet::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FileStore::open(dir.path()).unwrap());
+    store.save("/threads", "a", b"saved").unwrap();
+    let app = Sleeper::default();
+    let worker = fleet.worker(&app, Some(store.clone()));
+    let handle = worker.handle().clone();
+    let refused = json!({ "detail": "invalid attestation" });
+
+    // The instance path's checks, in its order: attestation (a wake token for this instance
+    // and epoch), a well-formed epoch, a current one.
+    let session = handle.session_id().unwrap();
+    let wrong_secret = attestation_for("wake", "not-the-secret", &session, "/threads/a", "7");
+    let forward = attestation(handle.secret(), &session, "/threads/a", "7");
+    for headers in [
+        vec![("Pinboard-Epoch", "7")],
+        vec![("Pinboard-Attestation", "garbage"), ("Pinboard-Epoch", "7")],
+        vec![
+            ("Pinboard-Attestation", wrong_secret.as_str()),
+            ("Pinboard-Epoch", "7"),
+        ],
+        vec![
+            ("Pinboard-Attestation", forward.as_str()),
+            ("Pinboard-Epoch", "7"),
+        ],
+    ] {
+        let reply = send(&handle, "POST", "/threads/a/_wake", &headers);
+        assert_eq!(json_of(&reply, 403), refused, "{headers:?}");
+    }
+    for (inst, epochs) in [
+        ("/threads/b", ("7", "7")),
+        ("/threads/a", ("7", "8")),
+        ("/threads/a", ("8", "7")),
+    ] {
+        let reply = wake_as(&handle, "wake", "a", inst, epochs);
+        assert_eq!(json_of(&reply, 403), refused, "{inst} {epochs:?}");
+    }
+    let malformed = wake_as(&handle, "wake", "a", "/threads/a", ("7x", "7x"));
+    assert_eq!(
+        (malformed.status, malformed.text().as_str()),
+        (400, "malformed placement epoch")
+    );
+    let token = attestation_for("wake", handle.secret(), &session, "/threads/a", "7");
+    let twice = [
+        ("Pinboard-Attestation", token.as_str()),
+        ("Pinboard-Epoch", "7"),
+        ("Pinboard-Epoch", "7"),
+    ];
+    assert_eq!(
+        json_of(&send(&handle, "POST", "/threads/a/_wake", &twice), 403),
+        refused
+    );
+    let get = [
+        ("Pinboard-Attestation", token.as_str()),
+        ("Pinboard-Epoch", "7"),
+    ];
+    let reply = send(&handle, "GET", "/threads/a/_wake", &get);
+    assert_eq!((reply.status, reply.header("allow")), (405, Some("POST")));
+    assert_eq!(app.wakes(), 0, "nothing above reached the hook");
+    assert!(handle.held().is_empty());
+
+    // A hook past wake_wait: 202 while it runs (and no second one starts), then 200 once.
+    app.hold.store(true, Ordering::SeqCst);
+    assert_eq!(
+        json_of(&wake(&handle, "a", "7"), 202),
+        json!({ "activating": true })
+    );
+    assert_eq!(
+        json_of(&wake(&handle, "a", "7"), 202),
+        json!({ "activating": true })
+    );
+    assert_eq!(
+        handle.held().len(),
+        1,
+        "admitted at its epoch like any request"
+    );
+    app.hold.store(false, Ordering::SeqCst);
+    let mut last = None;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let reply = wake(&handle, "a", "7");
+            let done = reply.status == 200;
+            last = Some(reply);
+            done
+        }),
+        "{last:?}"
+    );
+    assert_eq!(last.unwrap().json(), json!({ "ok": true }));
+    let wakes = app.wakes.lock().unwrap().clone();
+    assert_eq!(
+        wakes,
+        [(
+            "/threads".to_owned(),
+            "a".to_owned(),
+            "7".to_owned(),
+            true,
+            Some(b"saved".to_vec())
+        )],
+        "one hook, activated, on the stored state"
+    );
+
+    // The next wake runs the hook again; a quick one answers 200 at once.
+    assert_eq!(
+        json_of(&wake(&handle, "a", "7"), 200),
+        json!({ "ok": true })
+    );
+    assert!(!app.wakes.lock().unwrap()[1].3, "resident already");
+    // A stale epoch is fenced like a forward; a forward at the epoch sees it held.
+    let stale = wake(&handle, "a", "6");
+    assert_eq!(
+        (stale.status, stale.text().as_str()),
+        (409, "stale placement epoch")
+    );
+    let path = "/threads/a/x";
+    let forward = attestation(handle.secret(), &session, path, "7");
+    let headers = [
+        ("Pinboard-Attestation", forward.as_str()),
+        ("Pinboard-Epoch", "7"),
+    ];
+    assert_eq!(
+        json_of(&send(&handle, "GET", path, &headers), 200),
+        json!({ "rest": "/x", "activated": false })
+    );
+
+    // An instance never saved wakes with no state; a failing hook is a 500 and is retried.
+    app.fail.store(true, Ordering::SeqCst);
+    assert_eq!(
+        json_of(&wake(&handle, "b", "3"), 500),
+        json!({ "detail": "wake failed" })
+    );
+    app.fail.store(false, Ordering::SeqCst);
+    assert_eq!(
+        json_of(&wake(&handle, "b", "3"), 200),
+        json!({ "ok": true })
+    );
+    let wakes = app.wakes.lock().unwrap().clone();
+    assert_eq!(wakes.len(), 4);
+    assert_eq!((wakes[2].3, wakes[2].4.clone()), (true, None));
+    assert_eq!((wakes[3].3, wakes[3].4.clone()), (false, None));
+    worker.shutdown();
+}
+
+#[test]
+fn wake_is_mounted_only_with_a_store() {
+    let fleet = Fleet::start();
+    let app = Sleeper::default();
+    let worker = fleet.worker(&app, None);
+    let handle = worker.handle().clone();
+    let not_found = json!({ "detail": "not found" });
+    for purpose in ["wake", "forward"] {
+        let reply = wake_as(&handle, purpose, "a", "/threads/a", ("7", "7"));
+        assert_eq!(json_of(&reply, 404), not_found, "{purpose}");
+    }
+    assert_eq!(
+        json_of(&send(&handle, "POST", "/threads/a/_wake", &[]), 404),
+        not_found
+    );
+    assert_eq!(app.wakes(), 0);
+    assert!(handle.held().is_empty(), "nothing admitted");
+    // The rest of the instance's paths are served as ever.
+    let session = handle.session_id().unwrap();
+    let forward = attestation(handle.secret(), &session, "/threads/a/_wakeup", "7");
+    let headers = [
+        ("Pinboard-Attestation", forward.as_str()),
+        ("Pinboard-Epoch", "7"),
+    ];
+    let reply = send(&handle, "POST", "/threads/a/_wakeup", &headers);
+    assert_eq!(json_of(&reply, 200)["rest"], "/_wakeup");
+    worker.shutdown();
+}

@@ -1,0 +1,150 @@
+//! The mirror poll (contract §6): every node, every third of a lease, prunes what the spec
+//! calls pruned (worker records dead for more than a lease, with their bucket copies and
+//! namespace-list entries, and the bindings no live worker uses: `Store::prune`) and reads the
+//! registry into a node-local [`FleetView`], the fleet gauges of `GET /metrics`. No resolve
+//! reads it. `/metrics` takes the view while it is at most [`MEMO`] old and reads a fresh one
+//! itself otherwise (Redis away: `500 metrics collection failed`).
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use tracing::{info, warn};
+
+use crate::clock::now_ms;
+use crate::error::Error;
+use crate::node::Core;
+use crate::runtime::Shutdown;
+use crate::store::Store;
+
+/// How long `/metrics` serves one view.
+pub const MEMO: Duration = Duration::from_secs(5);
+
+/// The fleet as the registry last said, for the gauges.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetView {
+    /// Live workers (lease not run out) per (namespace, hostname, env) — hostname and env
+    /// empty in single mode: how many, how many of them draining, how many degraded.
+    pub workers: BTreeMap<(String, String, String), WorkerCounts>,
+    /// Placement rows per (namespace, env) over every bucket (placed or not yet swept).
+    pub placements: BTreeMap<(String, String), u64>,
+    /// The node holding the sweeper lease, if any.
+    pub sweeper: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCounts {
+    pub live: u64,
+    pub draining: u64,
+    pub degraded: u64,
+}
+
+/// The last view and when it was read, shared by the node's cores (read per scrape, written
+/// per poll: never on the request path).
+#[derive(Default)]
+pub struct Mirror {
+    last: Mutex<Option<(Instant, Arc<FleetView>)>>,
+}
+
+impl Mirror {
+    fn set(&self, view: FleetView) -> Arc<FleetView> {
+        let view = Arc::new(view);
+        *self.last.lock().expect("mirror lock") = Some((Instant::now(), view.clone()));
+        view
+    }
+
+    /// The view for a scrape: the last one while at most [`MEMO`] old, else a fresh read.
+    pub async fn view(&self, store: &Store, hostname_aware: bool) -> Result<Arc<FleetView>, Error> {
+        let last = self.last.lock().expect("mirror lock").clone();
+        if let Some((at, view)) = last
+            && at.elapsed() <= MEMO
+        {
+            return Ok(view);
+        }
+        Ok(self.set(FleetView::read(store, hostname_aware).await?))
+    }
+}
+
+impl FleetView {
+    /// One read of the registry: the session records, the sweeper lease, and each known
+    /// (env, ns)'s placement rows per bucket (`HLEN`, constant time each).
+    pub async fn read(store: &Store, hostname_aware: bool) -> Result<FleetView, Error> {
+        let now = now_ms();
+        let sessions = store.sessions().await?;
+        let mut view = FleetView {
+            sweeper: store.sweeper_holder().await?,
+            ..FleetView::default()
+        };
+        for s in &sessions {
+            for ns in &s.namespaces {
+                let env = s.env_of(ns).to_owned();
+                view.placements
+                    .entry((ns.clone(), env.clone()))
+                    .or_default();
+                if s.expiry <= now {
+                    continue;
+                }
+                let (hostname, env) = if hostname_aware {
+                    (s.hostname.clone().unwrap_or_default(), env)
+                } else {
+                    (String::new(), String::new())
+                };
+                let counts = view.workers.entry((ns.clone(), hostname, env)).or_default();
+                counts.live += 1;
+                counts.draining += u64::from(s.draining);
+                counts.degraded += u64::from(s.degraded_since.is_some());
+            }
+        }
+        let counts = view.placements.keys().map(|(ns, env)| async move {
+            let mut rows = 0;
+            for bucket in 0..store.keys.shards() {
+                rows += store.placement_rows(bucket, env, ns).await?;
+            }
+            Ok::<_, Error>(rows)
+        });
+        let counted: Vec<u64> = join_all(counts)
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        for (rows, n) in view.placements.values_mut().zip(counted) {
+            *rows = n;
+        }
+        Ok(view)
+    }
+}
+
+/// Prunes and reads the view every third of a lease until the core shuts down. Run by one core
+/// per node.
+pub async fn keep_polling(core: Rc<Core>, shutdown: Shutdown) {
+    let config = &core.shared.config;
+    let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
+    let mut failing = false;
+    while !shutdown.is_fired() {
+        let polled = async {
+            let pruned = core.store.prune().await?;
+            let view = FleetView::read(&core.store, config.hostname_aware).await?;
+            Ok::<_, Error>((pruned, view))
+        };
+        match polled.await {
+            Ok((pruned, view)) => {
+                if pruned > 0 {
+                    info!(records = pruned, "mirror poll pruned dead worker records");
+                }
+                core.shared.mirror.set(view);
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    warn!(error = %e, "mirror poll failed; retrying every third of a lease");
+                }
+                failing = true;
+            }
+        }
+        monoio::select! {
+            _ = monoio::time::sleep(every) => {}
+            _ = shutdown.fired() => {}
+        }
+    }
+}
