@@ -378,3 +378,59 @@ fn metrics_answer_500_once_the_fleet_view_cannot_be_read() {
     assert!(failed, "{}", f.node.log());
     assert!(eventually(Duration::from_secs(5), || scrape().status == 200));
 }
+
+#[test]
+fn a_hostname_aware_wake_goes_only_to_a_worker_of_the_rows_hostname() {
+    let f = Fixture::new(&[
+        ("PINBOARD_HOSTNAME_AWARE", "true"),
+        ("PINBOARD_LEASE_TTL_MS", "1500"),
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    f.warm();
+    let register = |worker: &TestWorker, client: &str, hostname: &str| {
+        let extra = json!({"namespaces": ["/threads"], "hostname": hostname, "env": "e1"});
+        let r = f.register(worker, client, extra);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["sessionId"].as_str().unwrap().to_owned()
+    };
+    let dying = TestWorker::start("dying-h1");
+    let old = register(&dying, "a", "h1");
+    let other = TestWorker::start("other-h2");
+    let other_session = register(&other, "b", "h2");
+    // t4 is h1's, in env e1, scheduled to wake once its owner's lease has run out.
+    let bucket = bucket_of("t4", SHARDS);
+    let row = json!({"sessionId": old, "epoch": "5", "hostname": "h1"});
+    f.cli(&[
+        "HSET",
+        &f.keys.placements(bucket, "e1", "/threads"),
+        "t4",
+        &row.to_string(),
+    ]);
+    let wake_key = f.keys.wake(bucket, "e1", "/threads");
+    let at = (pinboard::clock::now_ms() + 1600).to_string();
+    f.cli(&["ZADD", &wake_key, &at, "t4"]);
+
+    // Due, its owner dead, and h1 without a live worker: the wake waits; the worker of h2 in
+    // the same env never gets it.
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert_eq!(f.heartbeat(&other, &other_session, json!({})).status, 200);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(wakes_of(&other, "t4").is_empty(), "{}", f.node.log());
+    assert_eq!(f.cli(&["ZSCORE", &wake_key, "t4"]), at, "the entry waits");
+
+    // A worker of h1 comes: the wake goes there.
+    let heir = TestWorker::start("heir-h1");
+    let heir_session = register(&heir, "c", "h1");
+    assert!(
+        eventually(Duration::from_secs(5), || !wakes_of(&heir, "t4").is_empty()),
+        "{}",
+        f.node.log()
+    );
+    let wake = &wakes_of(&heir, "t4")[0];
+    let claims =
+        support::attest::claims_of(wake.header("pinboard-attestation").unwrap(), &heir.secret());
+    assert_eq!(claims["aud"], heir_session.as_str());
+    assert!(wakes_of(&other, "t4").is_empty());
+}
