@@ -186,22 +186,26 @@ fn a_dead_workers_rows_go_unless_scheduled_or_fenced_and_markers_without_a_row_g
     // The fleet gauges, from the mirror poll: one live worker per namespace now, the dead
     // worker's rows gone from the count.
     let live_gauge = "pinboard_fleet_workers{namespace=\"/threads\",state=\"live\"}";
-    assert!(eventually(Duration::from_secs(8), || metric(
-        &f.node, live_gauge
-    ) == 1));
-    assert_eq!(
-        metric(
-            &f.node,
-            "pinboard_fleet_placement_rows{namespace=\"/threads\"}"
-        ),
-        22,
-        "the survivor's 20 rows, the scheduled one and the fenced one"
+    let beat = || assert_eq!(f.heartbeat(&survivor, &live, json!({})).status, 200);
+    assert!(eventually(Duration::from_secs(8), || {
+        beat();
+        metric(&f.node, live_gauge) == 1
+    }));
+    // (The view is the mirror's last, up to a poll older than the sweep.)
+    let rows_gauge = "pinboard_fleet_placement_rows{namespace=\"/threads\"}";
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            beat();
+            metric(&f.node, rows_gauge) == 22
+        }),
+        "the survivor's 20 rows, the scheduled one and the fenced one: {}",
+        metric(&f.node, rows_gauge)
     );
 
     // Its record, its copies and its namespace-list entries go too, a lease after its death,
     // by the mirror poll: nobody registers meanwhile.
     let pruned = eventually(Duration::from_secs(12), || {
-        assert_eq!(f.heartbeat(&survivor, &live, json!({})).status, 200);
+        beat();
         std::thread::sleep(Duration::from_millis(200));
         f.session_record(&dead).is_none()
             && (0..SHARDS).all(|b| {

@@ -37,7 +37,10 @@ pub(super) struct Wakes {
 }
 
 enum Woke {
-    Resident,
+    /// Answered 200; `left` when the entry stayed (scheduled again meanwhile).
+    Resident {
+        left: bool,
+    },
     Pending,
 }
 
@@ -52,7 +55,8 @@ pub(super) async fn run(
     let store = &core.store;
     for bucket in 0..store.keys.shards() {
         let now = now_ms();
-        // Entries left due (a 202, no answer) stay in the range: skip past them.
+        // Entries that stay (a 202, no answer, a reschedule) are skipped past, so a pass wakes
+        // each due id once, however the instance reschedules itself.
         let mut skip = 0;
         while holds() {
             let due = store.due_wakes(bucket, env, ns, now, skip).await?;
@@ -72,7 +76,10 @@ pub(super) async fn run(
                 .await;
             for result in results {
                 match result? {
-                    Woke::Resident => wakes.woken += 1,
+                    Woke::Resident { left } => {
+                        wakes.woken += 1;
+                        skip += usize::from(left);
+                    }
                     Woke::Pending => {
                         wakes.pending += 1;
                         skip += 1;
@@ -143,8 +150,8 @@ async fn wake_one(
     let timeout = Duration::from_millis(config.verify_timeout_ms);
     match call_wake(&url, &secret, ns, &wake.id, &placement, timeout).await {
         Ok(StatusCode::OK) => {
-            store.woken(bucket, env, ns, &wake.id, wake.at).await?;
-            Ok(Woke::Resident)
+            let gone = store.woken(bucket, env, ns, &wake.id, wake.at).await?;
+            Ok(Woke::Resident { left: !gone })
         }
         Ok(status) => {
             debug!(ns, id = %wake.id, %status, "wake answered; tried again next pass");
