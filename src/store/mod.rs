@@ -383,20 +383,7 @@ impl Store {
                 &[self.lease.as_bytes()],
             )
             .await?;
-        let copy = BucketCopy::default();
-        let calls = (0..keys.shards()).map(|b| {
-            let call = BucketCall {
-                bucket: b,
-                op: BucketOp::Prune,
-                session_id: "",
-                copy: &copy,
-                held: &[],
-            };
-            async move { self.bucket_worker(&call).await }
-        });
-        for outcome in join_all(calls).await {
-            outcome?;
-        }
+        self.in_every_bucket(BucketOp::Prune, "").await?;
         Ok(pruned.try_into().unwrap_or(0))
     }
 
@@ -424,11 +411,17 @@ impl Store {
             .await?;
         // Copies go even when the registry had no (live) record: dropping is idempotent, and
         // a copy written by a request that raced the record's removal must not outlive it.
+        self.in_every_bucket(BucketOp::Drop, session_id).await?;
+        Ok(!dropped.unknown)
+    }
+
+    /// A drop of `session_id`'s copy, or the prune, in every bucket at once.
+    async fn in_every_bucket(&self, op: BucketOp<'_>, session_id: &str) -> Result<(), Error> {
         let copy = BucketCopy::default();
         let calls = (0..self.keys.shards()).map(|b| {
             let call = BucketCall {
                 bucket: b,
-                op: BucketOp::Drop,
+                op,
                 session_id,
                 copy: &copy,
                 held: &[],
@@ -438,7 +431,7 @@ impl Store {
         for outcome in join_all(calls).await {
             outcome?;
         }
-        Ok(!dropped.unknown)
+        Ok(())
     }
 
     /// One bucket's `bucket_worker.lua`. The namespace lists of the copies it may drop are
