@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::node::Core;
@@ -104,7 +104,9 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
 async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
     let mut swept = gc::Swept::default();
     let mut wakes = wake::Wakes::default();
+    let started = Instant::now();
     let result = walk(core, holds, &mut swept, &mut wakes).await;
+    let ms = started.elapsed().as_millis() as u64;
     let counters = &core.shared.sweeps;
     counters.passes.fetch_add(1, Ordering::Relaxed);
     counters.rows.fetch_add(swept.rows, Ordering::Relaxed);
@@ -115,9 +117,11 @@ async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
         .fetch_add(wakes.pending, Ordering::Relaxed);
     let (rows, markers, woken, pending) = (swept.rows, swept.markers, wakes.woken, wakes.pending);
     if let Err(e) = result {
-        warn!(error = %e, rows, markers, woken, pending, "sweep failed part way");
+        warn!(error = %e, rows, markers, woken, pending, ms, "sweep failed part way");
     } else if rows + markers + woken + pending > 0 {
-        info!(rows, markers, woken, pending, "sweep");
+        info!(rows, markers, woken, pending, ms, "sweep");
+    } else {
+        debug!(ms, "sweep: nothing to do");
     }
 }
 
