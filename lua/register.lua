@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  sessions      KEYS[2] clients        KEYS[3] bind:hosts
 -- KEYS[4]  bind:envs     KEYS[5] bind:quarantine
--- KEYS[6]  the client's drain
+-- KEYS[6]  the client's drain      KEYS[7] namespaces (every (env, ns) pair ever registered)
 --
 -- The control queues of the sessions it prunes or replaces are not deleted here (they are not
 -- its keys): every queue expires two leases after its last write or peek.
@@ -13,13 +13,14 @@
 -- ARGV[7]  host bindings wanted: JSON [[hostname..ns, env], ...] ('[]' in single mode)
 -- ARGV[8]  env bindings wanted:  JSON [[env, takeover], ...]      ('[]' in single mode)
 -- ARGV[9]  prevSessionId the worker asks to reclaim from, or ''
+-- ARGV[10] the (env, ns) pairs the session serves: JSON [field, ...] (`Store::pair_field`)
 --
 -- Returns JSON: {conflict = "..."} (409, nothing written), or
 -- {expiry, now, drain = {deadline = ms}|false, replaced = old sessionId|false,
 --  reclaim = prevSessionId|false}: reclaim is the previous session only when it was this
 -- account's and this client's, so no credential can take over another worker's rows.
-local sessions, clients, hosts, envs, quarantine, drain_key =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local sessions, clients, hosts, envs, quarantine, drain_key, namespaces =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local sid, account, client = ARGV[1], ARGV[2], ARGV[3]
 local session = cjson.decode(ARGV[4])
 local lease = tonumber(ARGV[5])
@@ -113,6 +114,11 @@ if owner and owner.sessionId ~= sid then
   end
 end
 redis.call('HSET', clients, client, cjson.encode({account = account, sessionId = sid}))
+-- The sweeper walks these pairs after every session naming them is pruned; a count that moves
+-- tells it a registration named the pair while it judged the pair empty.
+for _, pair in ipairs(cjson.decode(ARGV[10])) do
+  redis.call('HINCRBY', namespaces, pair, 1)
+end
 
 -- An operator drain of this client: draining, and a timed one bounds the lease. Past its
 -- deadline the client's placements have moved on: a new session lives a normal lease (no

@@ -438,3 +438,57 @@ fn a_hostname_aware_wake_goes_only_to_a_worker_of_the_rows_hostname() {
     assert_eq!(claims["aud"], heir_session.as_str());
     assert!(wakes_of(&other, "t4").is_empty());
 }
+
+#[test]
+fn a_namespace_whose_last_worker_is_pruned_is_still_swept_then_forgotten() {
+    let f = Fixture::new(&[
+        ("PINBOARD_LEASE_TTL_MS", "1000"),
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+    ]);
+    f.warm();
+    // Nobody sweeps until the worker's record is gone: a phantom node holds the lease.
+    let lease = f.keys.sweeper();
+    f.cli(&["SET", lease, "phantom"]);
+    let worker = TestWorker::start("only");
+    let session = f.registered(&worker, "w-only");
+    let field = |ns: &str| pinboard::store::pair_field("default", ns);
+    let count = |ns: &str| f.cli(&["HGET", f.keys.namespaces(), &field(ns)]);
+    assert_eq!(count("/threads"), "1", "a registration names its pairs");
+    assert_eq!(count("/docs"), "1");
+    let ids: Vec<String> = (0..10).map(|i| format!("orphan-{i}")).collect();
+    for id in &ids {
+        f.put_row("/threads", id, json!({"sessionId": session, "epoch": "7"}));
+    }
+    f.cli(&[
+        "HSET",
+        &f.keys
+            .overwritten(bucket_of("gone", SHARDS), "default", "/docs"),
+        "gone",
+        "2",
+    ]);
+
+    // The worker dies without a word; the mirror poll prunes its record a lease later, and no
+    // session record names /threads or /docs any more.
+    assert!(
+        eventually(Duration::from_secs(10), || f
+            .session_record(&session)
+            .is_none()),
+        "{}",
+        f.node.log()
+    );
+    assert!(ids.iter().all(|id| f.row("/threads", id).is_some()));
+
+    // Its rows, its marker, then the pairs themselves go.
+    f.cli(&["DEL", lease]);
+    let clean = eventually(Duration::from_secs(10), || {
+        ids.iter().all(|id| f.row("/threads", id).is_none())
+            && f.cli(&["HLEN", f.keys.namespaces()]) == "0"
+    });
+    assert!(clean, "{}", f.node.log());
+    assert!(f.node.log().contains("forgot a namespace no worker serves"));
+
+    // A namespace a worker registers again is named again.
+    let again = TestWorker::start("again");
+    f.registered(&again, "w-again");
+    assert_eq!(count("/threads"), "1");
+}

@@ -21,7 +21,7 @@ use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::REGISTER;
-use crate::store::{Drain, Reclaim, Session, Takeover, lua_option};
+use crate::store::{Drain, Reclaim, Session, Takeover, lua_option, pair_field};
 
 /// Shortest worker secret accepted: it keys every attestation and proves the probe, so it
 /// must not be guessable.
@@ -96,6 +96,12 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
     };
     let record = s.encode();
     let epoch = epoch.to_string();
+    let pairs: Vec<String> = s
+        .namespaces
+        .iter()
+        .map(|ns| pair_field(s.env_of(ns), ns))
+        .collect();
+    let pairs = serde_json::to_string(&pairs).expect("serializes");
     let hosts_wanted = serde_json::to_string(&hosts_wanted).expect("serializes");
     let envs_wanted = serde_json::to_string(&envs_wanted).expect("serializes");
     let store = &core.store;
@@ -111,6 +117,7 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
                 keys.bind_envs().as_bytes(),
                 keys.bind_quarantine().as_bytes(),
                 drain.as_bytes(),
+                keys.namespaces().as_bytes(),
             ],
             &[
                 s.session_id.as_bytes(),
@@ -122,6 +129,7 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
                 hosts_wanted.as_bytes(),
                 envs_wanted.as_bytes(),
                 prev_session.as_deref().unwrap_or("").as_bytes(),
+                pairs.as_bytes(),
             ],
         )
         .await?;

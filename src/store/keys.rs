@@ -32,6 +32,7 @@ pub struct Keys {
     fleet: String,
     members: String,
     sweeper: String,
+    namespaces: String,
 }
 
 /// The keys every bucket has exactly one of.
@@ -73,6 +74,7 @@ impl Keys {
             fleet: at("fleet"),
             members: at("members"),
             sweeper: at("sweeper"),
+            namespaces: at("namespaces"),
             buckets,
             registry,
         }
@@ -138,6 +140,14 @@ impl Keys {
     /// The sweeper's lease (contract §6): one node holds it.
     pub fn sweeper(&self) -> &str {
         &self.sweeper
+    }
+
+    /// Hash: an (env, namespace) pair ([`super::pair_field`]) → how many registrations have
+    /// named it. Every pair a worker registered, so that the sweeper still walks its rows once
+    /// no session record names it (its last worker pruned); forgotten by the sweeper once it
+    /// holds nothing.
+    pub fn namespaces(&self) -> &str {
+        &self.namespaces
     }
 
     // One bucket's slot.
@@ -231,6 +241,7 @@ mod tests {
             keys.fleet(),
             keys.members(),
             keys.sweeper(),
+            keys.namespaces(),
         ] {
             assert_eq!(slot(key), slot("{r}"), "{key}");
         }

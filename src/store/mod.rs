@@ -29,7 +29,7 @@ pub use records::{
     Takeover, WindDown, lua_list, lua_option,
 };
 use scripts::{BUCKET_WORKER, CONTROL_PUSH, PRUNE, SESSION_DROP};
-pub use sweeper::{DueWake, Sweep};
+pub use sweeper::{DueWake, RegisteredPair, Sweep, pair_field};
 
 /// One core's view of the store: its Redis connection and the key names.
 pub struct Store {

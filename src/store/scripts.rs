@@ -62,9 +62,11 @@ pub static WAKE_DONE: LazyLock<Script> = script!("wake_done");
 pub static SWEEPER: LazyLock<Script> = script!("sweeper");
 /// The sweeper's GC of one page of a bucket: dead-owner rows, or markers without a row.
 pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
+/// The sweeper forgets an (env, namespace) pair that holds nothing, unless registered since.
+pub static FORGET_NAMESPACE: LazyLock<Script> = script!("forget_namespace");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 20] = [
+pub static ALL: [&LazyLock<Script>; 21] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -83,6 +85,7 @@ pub static ALL: [&LazyLock<Script>; 20] = [
     &SCHEDULE,
     &SWEEPER,
     &SWEEP_ROWS,
+    &FORGET_NAMESPACE,
     &WAKE_DUE,
     &WAKE_DONE,
 ];
@@ -120,6 +123,7 @@ mod tests {
             "'boot_time'",
             "'epoch'",
             "'sweeper'",
+            "'namespaces'",
             ":wake'",
         ];
         for script in ALL {

@@ -1,11 +1,13 @@
 //! What the sweeper and the mirror poll ask of the store (contract §6, §7): the sweeper lease
-//! and its holder, a bucket's row count and liveness
-//! entries, the GC of a page of rows or markers, and the wake schedule's due entries, their
-//! placeholders and their removal once woken.
+//! and its holder, a bucket's row count and liveness entries, the GC of a page of rows or
+//! markers, the registered (env, namespace) pairs and forgetting an empty one, and the wake
+//! schedule's due entries, their placeholders and their removal once woken.
 
 use std::collections::HashMap;
 
-use super::scripts::{SWEEP_ROWS, SWEEPER, WAKE_DONE, WAKE_DUE};
+use futures_util::future::join_all;
+
+use super::scripts::{FORGET_NAMESPACE, SWEEP_ROWS, SWEEPER, WAKE_DONE, WAKE_DUE};
 use super::{SCRIPT_PAGE, SCRIPT_PAGE_STR, Store};
 use crate::error::{Error, Origin};
 
@@ -101,6 +103,67 @@ impl Store {
             )
             .await?;
         Ok(deleted.try_into().unwrap_or(0))
+    }
+
+    /// Every (env, namespace) pair a registration named and the sweeper has not forgotten,
+    /// with how many registrations named it. One `HGETALL`: the hash grows with the
+    /// namespaces, not with the workers or placements.
+    pub async fn registered_pairs(&self) -> Result<Vec<RegisteredPair>, Error> {
+        let reply = self
+            .redis
+            .cmd(&[b"HGETALL", self.keys.namespaces().as_bytes()])
+            .await?;
+        Ok(reply
+            .pairs()
+            .filter_map(|(field, count)| {
+                let (env, ns): (String, String) = serde_json::from_str(field).ok()?;
+                Some(RegisteredPair {
+                    env,
+                    ns,
+                    count: String::from_utf8(count.to_vec()).ok()?,
+                })
+            })
+            .collect())
+    }
+
+    /// Whether (env, ns) holds nothing in any bucket: no placement row, overwritten marker
+    /// or wake entry. One `EXISTS` of the bucket's three keys (one slot) per bucket, all sent
+    /// at once.
+    pub async fn pair_is_empty(&self, env: &str, ns: &str) -> Result<bool, Error> {
+        let calls = (0..self.keys.shards()).map(|b| async move {
+            let (placements, overwritten, wake) = (
+                self.keys.placements(b, env, ns),
+                self.keys.overwritten(b, env, ns),
+                self.keys.wake(b, env, ns),
+            );
+            self.redis
+                .cmd(&[
+                    b"EXISTS",
+                    placements.as_bytes(),
+                    overwritten.as_bytes(),
+                    wake.as_bytes(),
+                ])
+                .await
+        });
+        for reply in join_all(calls).await {
+            if reply?.as_int() != Some(0) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Forgets `pair`, unless a registration named it since it was read: whether it went.
+    pub async fn forget_pair(&self, pair: &RegisteredPair) -> Result<bool, Error> {
+        let field = pair_field(&pair.env, &pair.ns);
+        let gone = self
+            .run_int(
+                &FORGET_NAMESPACE,
+                &[self.keys.namespaces().as_bytes()],
+                &[field.as_bytes(), pair.count.as_bytes()],
+            )
+            .await?;
+        Ok(gone == 1)
     }
 
     /// Up to [`SCRIPT_PAGE`] entries of the wake schedule of (env, ns) in `bucket` due at
@@ -199,6 +262,21 @@ impl Store {
             .await?;
         Ok(gone == 1)
     }
+}
+
+/// The field of (env, ns) in the registered pairs ([`super::Keys::namespaces`]): the JSON
+/// array `["env","ns"]`, which no env or namespace can make ambiguous.
+pub fn pair_field(env: &str, ns: &str) -> String {
+    serde_json::to_string(&(env, ns)).expect("two strings serialize")
+}
+
+/// An (env, namespace) pair of the registered pairs, with its count as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredPair {
+    pub env: String,
+    pub ns: String,
+    /// How many registrations had named it, as Redis wrote it.
+    pub count: String,
 }
 
 /// An entry of a wake schedule that is due.

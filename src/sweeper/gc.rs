@@ -17,6 +17,8 @@ use crate::store::{SCRIPT_PAGE, Sweep};
 pub(super) struct Swept {
     pub rows: u64,
     pub markers: u64,
+    /// (env, namespace) pairs forgotten, empty and no longer served.
+    pub namespaces: u64,
 }
 
 /// The GC of (env, ns), bucket by bucket, until `holds()` says the lease is lost.

@@ -97,10 +97,11 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
     }
 }
 
-/// One pass, over every (env, ns) a session record names, live or dead: a namespace's rows
-/// and wakes are swept as long as the registry remembers one of its workers (a lease past its
-/// death). Stops between two pages once `holds()` says the lease is lost; a pass that fails
-/// part way (Redis away) is logged and counted like one that ran: the next starts on time.
+/// One pass, over every (env, ns) a session record names, live or dead, and every pair a
+/// registration ever named: a namespace's rows and wakes are swept after its last worker's
+/// record is pruned too. Stops between two pages once `holds()` says the lease is lost; a
+/// pass that fails part way (Redis away) is logged and counted like one that ran: the next
+/// starts on time.
 async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
     let mut swept = gc::Swept::default();
     let mut wakes = wake::Wakes::default();
@@ -116,10 +117,11 @@ async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
         .wakes_pending
         .fetch_add(wakes.pending, Ordering::Relaxed);
     let (rows, markers, woken, pending) = (swept.rows, swept.markers, wakes.woken, wakes.pending);
+    let namespaces = swept.namespaces;
     if let Err(e) = result {
-        warn!(error = %e, rows, markers, woken, pending, ms, "sweep failed part way");
-    } else if rows + markers + woken + pending > 0 {
-        info!(rows, markers, woken, pending, ms, "sweep");
+        warn!(error = %e, rows, markers, namespaces, woken, pending, ms, "sweep failed part way");
+    } else if rows + markers + namespaces + woken + pending > 0 {
+        info!(rows, markers, namespaces, woken, pending, ms, "sweep");
     } else {
         debug!(ms, "sweep: nothing to do");
     }
@@ -131,8 +133,11 @@ async fn walk(
     swept: &mut gc::Swept,
     wakes: &mut wake::Wakes,
 ) -> Result<(), Error> {
-    let pairs: BTreeSet<(String, String)> = core
-        .store
+    let store = &core.store;
+    // Read before the sessions: a registration after this read moves its pairs' counts (and
+    // forgetting them fails), one before it is in the sessions read.
+    let registered = store.registered_pairs().await?;
+    let named: BTreeSet<(String, String)> = store
         .sessions()
         .await?
         .iter()
@@ -142,11 +147,24 @@ async fn walk(
                 .map(|ns| (s.env_of(ns).to_owned(), ns.clone()))
         })
         .collect();
+    let mut pairs = named.clone();
+    pairs.extend(registered.iter().map(|p| (p.env.clone(), p.ns.clone())));
     for (env, ns) in &pairs {
         gc::run(core, holds, env, ns, swept).await?;
     }
     for (env, ns) in &pairs {
         wake::run(core, holds, env, ns, wakes).await?;
+    }
+    // A pair no record names any more, left with nothing: no worker can place in it (one
+    // would register, and name it), so it is forgotten rather than walked forever.
+    for pair in &registered {
+        if !holds() || named.contains(&(pair.env.clone(), pair.ns.clone())) {
+            continue;
+        }
+        if store.pair_is_empty(&pair.env, &pair.ns).await? && store.forget_pair(pair).await? {
+            info!(env = %pair.env, ns = %pair.ns, "sweep: forgot a namespace no worker serves");
+            swept.namespaces += 1;
+        }
     }
     Ok(())
 }
