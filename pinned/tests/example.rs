@@ -47,7 +47,6 @@ impl Example {
                 token("acct-1", &["pinboard:worker"], &["*"]),
             )
             .env("PINNED_LOG", "info")
-            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
