@@ -9,11 +9,12 @@
 mod support;
 
 use std::fs;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pinboard::store::{Keys, bucket_of};
+use pinboard::store::bucket_of;
 use pinned::{
     App, CallError, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response,
     Worker,
@@ -22,7 +23,9 @@ use serde_json::{Value, json};
 use support::http::{Client, Reply};
 use support::node::Node;
 use support::redis::RedisServer;
-use support::{attestation, attestation_for, block_on, eventually, registered};
+use support::{
+    SHARDS, attestation, attestation_for, block_on, end_cold_start, eventually, keys, registered,
+};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {
@@ -239,6 +242,14 @@ impl Fleet {
             config.wake_wait = Duration::from_millis(300);
         })
     }
+
+    /// A worker on a store in `dir` where `/threads/a` has the state `saved`.
+    fn durable_worker(&self, app: &Sleeper, dir: &Path) -> (Arc<FileStore>, Worker) {
+        let store = Arc::new(FileStore::open(dir).unwrap());
+        store.save("/threads", "a", b"saved").unwrap();
+        let worker = self.worker(app, Some(store.clone()));
+        (store, worker)
+    }
 }
 
 /// `method path` to the worker with these headers.
@@ -280,10 +291,8 @@ fn json_of(reply: &Reply, status: u16) -> Value {
 fn wake_is_attested_fenced_and_answers_202_until_resident() {
     let fleet = Fleet::start();
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FileStore::open(dir.path()).unwrap());
-    store.save("/threads", "a", b"saved").unwrap();
     let app = Sleeper::default();
-    let worker = fleet.worker(&app, Some(store.clone()));
+    let (_store, worker) = fleet.durable_worker(&app, dir.path());
     let handle = worker.handle().clone();
     let refused = json!({ "detail": "invalid attestation" });
 
@@ -452,23 +461,16 @@ fn wake_is_mounted_only_with_a_store() {
 #[test]
 fn a_scheduled_wake_is_sent_by_the_nodes_sweep_with_nobody_asking() {
     let fleet = Fleet::start_with(&[("PINBOARD_SWEEP_INTERVAL_MS", "100")]);
-    // No cold start: every bucket's window (one lease from its first resolve) is long over.
-    let keys = Keys::new("pinboard:", 16);
-    for bucket in 0..16 {
-        fleet
-            .redis
-            .cli(&["SET", &keys.bucket(bucket).boot_time, "0"]);
-    }
-    let bucket = bucket_of("a", 16);
+    end_cold_start(&fleet.redis);
+    let keys = keys();
+    let bucket = bucket_of("a", SHARDS);
     let (placements, schedule) = (
         keys.placements(bucket, "default", "/threads").to_string(),
         keys.wake(bucket, "default", "/threads").to_string(),
     );
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FileStore::open(dir.path()).unwrap());
-    store.save("/threads", "a", b"saved").unwrap();
     let app = Sleeper::default();
-    let worker = fleet.worker(&app, Some(store.clone()));
+    let (store, worker) = fleet.durable_worker(&app, dir.path());
     let handle = worker.handle().clone();
     let in_a_minute = SystemTime::now() + Duration::from_secs(60);
     let not_held = block_on(handle.schedule_wake("/threads", "a", in_a_minute));

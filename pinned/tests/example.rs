@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use pinboard::store::bucket_of;
 use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
-use support::eventually;
 use support::http::{Client, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
+use support::{SHARDS, end_cold_start, eventually, keys};
 
 struct Example {
     child: Child,
@@ -277,11 +277,7 @@ fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
             ("PINBOARD_SWEEP_INTERVAL_MS", "200"),
         ],
     );
-    // No cold start: every bucket's window (one lease from its first resolve) is long over.
-    let keys = pinboard::store::Keys::new("pinboard:", 16);
-    for bucket in 0..16 {
-        redis.cli(&["SET", &keys.bucket(bucket).boot_time, "0"]);
-    }
+    end_cold_start(&redis);
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("tickers");
     let durable = [
@@ -300,7 +296,7 @@ fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
         let state = store.load("/threads", "tick").unwrap()?;
         serde_json::from_slice::<Value>(&state).unwrap()["ticks"].as_u64()
     };
-    let placements = keys.placements(bucket_of("tick", 16), "default", "/threads");
+    let placements = keys().placements(bucket_of("tick", SHARDS), "default", "/threads");
     let owner_session = || {
         let row = redis.cli(&["HGET", &placements.to_string(), "tick"]);
         serde_json::from_str::<Value>(&row).ok()?["sessionId"]
