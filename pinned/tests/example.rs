@@ -347,7 +347,7 @@ fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
     assert!(ticks >= before, "{ticks} < {before}");
     assert!(read.json()["nextWakeMs"].is_u64());
 
-    // Stopped, it is forgotten: no state, no wake, nothing more ticks.
+    // Stopped, it is forgotten: no state, no wake.
     let stopped = Client::connect(node.addr)
         .request(b"DELETE /threads/tick/ticker HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(stopped.json(), json!({ "stopped": true }));
