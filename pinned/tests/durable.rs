@@ -1,27 +1,31 @@
-//! Durability (contract §7) through the public API: the [`FileStore`] on real files, and
+//! Durability (contract §7) through the public API: the [`FileStore`] on real files;
 //! `POST /{ns}/{id}/_wake` on a worker registered with a real `pinboard serve` and
-//! redis-server, sent straight to the worker attested as the node's sweep would send it.
-//!
-//! `POST /registry/schedule` is not tested end to end here: the node does not serve it yet
-//! (its request and answer are unit-tested in `src/handle.rs`).
+//! redis-server, sent straight to the worker attested as the node's sweep would send it; and
+//! [`Handle::schedule_wake`] end to end, `POST /registry/schedule` to the node and the node's
+//! own sweep sending the `_wake` when it is due.
 //!
 //! Needs the `pinboard` binary next to this test (see `support/node.rs`).
 
 mod support;
 
 use std::fs;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use pinboard::store::bucket_of;
 use pinned::{
-    App, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response, Worker,
+    App, CallError, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response,
+    Worker,
 };
 use serde_json::{Value, json};
 use support::http::{Client, Reply};
 use support::node::Node;
 use support::redis::RedisServer;
-use support::{attestation, attestation_for, eventually, registered};
+use support::{
+    SHARDS, attestation, attestation_for, block_on, end_cold_start, eventually, keys, registered,
+};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {
@@ -214,18 +218,22 @@ impl App for Sleeper {
 }
 
 struct Fleet {
-    _redis: RedisServer,
+    redis: RedisServer,
     node: Node,
 }
 
 impl Fleet {
     fn start() -> Fleet {
+        Fleet::start_with(&[])
+    }
+
+    /// A node with these settings besides a 5 s lease.
+    fn start_with(env: &[(&str, &str)]) -> Fleet {
         let redis = RedisServer::start();
-        let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "5000")]);
-        Fleet {
-            _redis: redis,
-            node,
-        }
+        let mut env = env.to_vec();
+        env.push(("PINBOARD_LEASE_TTL_MS", "5000"));
+        let node = Node::start(&redis.url(), &env);
+        Fleet { redis, node }
     }
 
     fn worker(&self, app: &Sleeper, store: Option<Arc<FileStore>>) -> Worker {
@@ -233,6 +241,14 @@ impl Fleet {
             config.durability = store.map(|s| s as Arc<dyn DurabilityStore>);
             config.wake_wait = Duration::from_millis(300);
         })
+    }
+
+    /// A worker on a store in `dir` where `/threads/a` has the state `saved`.
+    fn durable_worker(&self, app: &Sleeper, dir: &Path) -> (Arc<FileStore>, Worker) {
+        let store = Arc::new(FileStore::open(dir).unwrap());
+        store.save("/threads", "a", b"saved").unwrap();
+        let worker = self.worker(app, Some(store.clone()));
+        (store, worker)
     }
 }
 
@@ -275,10 +291,8 @@ fn json_of(reply: &Reply, status: u16) -> Value {
 fn wake_is_attested_fenced_and_answers_202_until_resident() {
     let fleet = Fleet::start();
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FileStore::open(dir.path()).unwrap());
-    store.save("/threads", "a", b"saved").unwrap();
     let app = Sleeper::default();
-    let worker = fleet.worker(&app, Some(store.clone()));
+    let (_store, worker) = fleet.durable_worker(&app, dir.path());
     let handle = worker.handle().clone();
     let refused = json!({ "detail": "invalid attestation" });
 
@@ -441,5 +455,85 @@ fn wake_is_mounted_only_with_a_store() {
     ];
     let reply = send(&handle, "POST", "/threads/a/_wakeup", &headers);
     assert_eq!(json_of(&reply, 200)["rest"], "/_wakeup");
+    worker.shutdown();
+}
+
+#[test]
+fn a_scheduled_wake_is_sent_by_the_nodes_sweep_with_nobody_asking() {
+    let fleet = Fleet::start_with(&[("PINBOARD_SWEEP_INTERVAL_MS", "100")]);
+    end_cold_start(&fleet.redis);
+    let keys = keys();
+    let bucket = bucket_of("a", SHARDS);
+    let (placements, schedule) = (
+        keys.placements(bucket, "default", "/threads").to_string(),
+        keys.wake(bucket, "default", "/threads").to_string(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let app = Sleeper::default();
+    let (store, worker) = fleet.durable_worker(&app, dir.path());
+    let handle = worker.handle().clone();
+    let in_a_minute = SystemTime::now() + Duration::from_secs(60);
+    let not_held = block_on(handle.schedule_wake("/threads", "a", in_a_minute));
+    assert!(
+        matches!(not_held, Err(CallError::NotHeld { .. })),
+        "{not_held:?}"
+    );
+
+    // Placed here by a request through the node.
+    let placed = support::http::get(fleet.node.addr, "/threads/a/x", None);
+    assert_eq!(
+        json_of(&placed, 200),
+        json!({ "rest": "/x", "activated": true })
+    );
+    let row: Value = serde_json::from_str(&fleet.redis.cli(&["HGET", &placements, "a"])).unwrap();
+    let epoch = row["epoch"].as_str().unwrap().to_owned();
+    assert_eq!(row["sessionId"], json!(handle.session_id().unwrap()));
+    let score = || fleet.redis.cli(&["ZSCORE", &schedule, "a"]);
+
+    // The node writes the wake on its schedule (and the store remembers it); a cancel takes
+    // it off both.
+    let at_ms = |at: SystemTime| at.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let scheduled = block_on(handle.schedule_wake("/threads", "a", in_a_minute));
+    assert!(matches!(scheduled, Ok(true)), "{scheduled:?}");
+    assert_eq!(score(), at_ms(in_a_minute).to_string());
+    assert_eq!(
+        store.scheduled("/threads", "a").unwrap(),
+        Some(at_ms(in_a_minute))
+    );
+    let cancelled = block_on(handle.cancel_wake("/threads", "a"));
+    assert!(matches!(cancelled, Ok(true)), "{cancelled:?}");
+    assert_eq!(score(), "");
+    assert_eq!(store.scheduled("/threads", "a").unwrap(), None);
+    assert_eq!(app.wakes(), 0);
+
+    // Due soon: the sweep sends `_wake` at the placement's epoch, the hook runs on the saved
+    // state, and its 200 takes the entry off the schedule.
+    let soon = SystemTime::now() + Duration::from_millis(300);
+    let scheduled = block_on(handle.schedule_wake("/threads", "a", soon));
+    assert!(matches!(scheduled, Ok(true)), "{scheduled:?}");
+    assert!(
+        eventually(Duration::from_secs(20), || app.wakes() == 1),
+        "{}",
+        fleet.node.log()
+    );
+    let woken = app.wakes.lock().unwrap()[0].clone();
+    let saved = Some(b"saved".to_vec());
+    assert_eq!(
+        woken,
+        ("/threads".into(), "a".into(), epoch.clone(), false, saved),
+        "resident, at its epoch, on the stored state"
+    );
+    assert!(eventually(Duration::from_secs(10), || score().is_empty()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(app.wakes(), 1, "woken once");
+
+    // Once the placement moved on, the node writes nothing.
+    let moved = json!({ "sessionId": handle.session_id().unwrap(), "epoch": format!("{epoch}0") });
+    fleet
+        .redis
+        .cli(&["HSET", &placements, "a", &moved.to_string()]);
+    let refused = block_on(handle.schedule_wake("/threads", "a", in_a_minute));
+    assert!(matches!(refused, Ok(false)), "{refused:?}");
+    assert_eq!(score(), "");
     worker.shutdown();
 }

@@ -1,6 +1,7 @@
 //! The example worker binary against a real `pinboard serve` and redis-server: it prints its
 //! address and session, counts and echoes through the node, and on SIGTERM releases and
-//! deregisters before exiting 0.
+//! deregisters before exiting 0. With a shared `--durable-dir`, a ticker outlives the worker
+//! it ran on: SIGKILLed, the node's sweep wakes it on another.
 //!
 //! Needs the `pinboard` binary next to this test (see `support/node.rs`).
 
@@ -10,34 +11,45 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::eventually;
+use pinboard::store::bucket_of;
+use pinned::{DurabilityStore, FileStore};
+use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
+use support::{SHARDS, end_cold_start, eventually, keys};
 
 struct Example {
     child: Child,
     lines: Receiver<String>,
+    /// Its log (stderr), line by line as it is written.
+    log: Arc<Mutex<Vec<String>>>,
     addr: SocketAddr,
     session: String,
 }
 
 impl Example {
     fn start(node: &Node, extra: &[&str]) -> Example {
+        Example::start_as(node, "example-1", extra)
+    }
+
+    /// A worker registered as `client_id`, with `extra` arguments.
+    fn start_as(node: &Node, client_id: &str, extra: &[&str]) -> Example {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
             .args(["--registry", &node.url(), "--namespaces", "/threads,/docs"])
-            .args(["--client-id", "example-1"])
+            .args(["--client-id", client_id])
             .args(extra)
             .env(
                 "PINNED_TOKEN",
                 token("acct-1", &["pinboard:worker"], &["*"]),
             )
+            .env("PINNED_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn pinned-example");
         let (send, lines) = channel();
@@ -45,6 +57,14 @@ impl Example {
         std::thread::spawn(move || {
             for line in stdout.lines().map_while(Result::ok) {
                 let _ = send.send(line);
+            }
+        });
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let written = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                written.lock().unwrap().push(line);
             }
         });
         let line = |prefix: &str| {
@@ -69,9 +89,21 @@ impl Example {
         Example {
             child,
             lines,
+            log,
             addr,
             session,
         }
+    }
+
+    /// The log lines written so far.
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL: no release, no deregistration, no goodbye; returns once it is gone.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL pinned-example");
+        self.child.wait().expect("reap pinned-example");
     }
 
     /// SIGTERM, then the exit code (bounded wait).
@@ -213,4 +245,113 @@ fn a_durable_dir_serves_wake_and_tickers() {
     // The counters are served as ever.
     assert_eq!(get(node.addr, "/threads/t/count", None).json()["count"], 1);
     assert_eq!(example.terminate(), Some(0));
+}
+
+/// The ticks `example` logged for `/threads/{id}`, in order (`tick ns=… id=… ticks=N`, one
+/// per `_wake` it ran).
+fn ticks_logged(example: &Example, id: &str) -> Vec<u64> {
+    let instance = format!(" ns=/threads id={id} ");
+    example
+        .log()
+        .iter()
+        .filter(|line| line.contains(" tick ") && line.contains(&instance))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix("ticks="))
+        })
+        .map(|n| n.parse().unwrap())
+        .collect()
+}
+
+/// Contract §7 end to end, with nothing faked: two example workers share one durable
+/// directory; the worker holding a ticker is SIGKILLed; with nobody requesting the instance,
+/// the node's sweep places it on the other worker and wakes it there, and it goes on ticking
+/// from the count the dead worker saved.
+#[test]
+fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
+    let redis = RedisServer::start();
+    let node = Node::start(
+        &redis.url(),
+        &[
+            ("PINBOARD_LEASE_TTL_MS", "3000"),
+            ("PINBOARD_SWEEP_INTERVAL_MS", "200"),
+        ],
+    );
+    end_cold_start(&redis);
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("tickers");
+    let durable = [
+        "--durable-dir",
+        store_dir.to_str().unwrap(),
+        "--tick-secs",
+        "1",
+    ];
+    let mut workers = [
+        Example::start_as(&node, "example-1", &durable),
+        Example::start_as(&node, "example-2", &durable),
+    ];
+    // What the workers saved, read as a third party would: the store's own file.
+    let store = FileStore::open(&store_dir).unwrap();
+    let saved = || {
+        let state = store.load("/threads", "tick").unwrap()?;
+        serde_json::from_slice::<Value>(&state).unwrap()["ticks"].as_u64()
+    };
+    let placements = keys().placements(bucket_of("tick", SHARDS), "default", "/threads");
+    let owner_session = || {
+        let row = redis.cli(&["HGET", &placements.to_string(), "tick"]);
+        serde_json::from_str::<Value>(&row).ok()?["sessionId"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let logs = |workers: &[Example]| {
+        let logs: Vec<String> = workers.iter().map(|w| w.log().join("\n")).collect();
+        format!("{}\n--- workers ---\n{}", node.log(), logs.join("\n---\n"))
+    };
+
+    let started = post_json(node.addr, "/threads/tick/ticker", None, "");
+    assert_eq!(started.status, 200, "{}", logs(&workers));
+    assert_eq!(started.json()["ticks"], 0);
+    let owner = workers
+        .iter()
+        .position(|w| Some(&w.session) == owner_session().as_ref())
+        .unwrap_or_else(|| panic!("{:?} is neither worker's", owner_session()));
+    let heir = 1 - owner;
+    // Woken by the sweep on its owner, a tick a second.
+    assert!(
+        eventually(Duration::from_secs(30), || saved() >= Some(2)),
+        "{}",
+        logs(&workers)
+    );
+    assert!(!ticks_logged(&workers[owner], "tick").is_empty());
+    assert!(ticks_logged(&workers[heir], "tick").is_empty());
+
+    workers[owner].kill();
+    let at_kill = saved().expect("a saved ticker");
+    // From here on nobody asks the node for the instance: only its sweep can wake it.
+    let continued = eventually(Duration::from_secs(60), || {
+        saved().is_some_and(|ticks| ticks >= at_kill + 2)
+            && ticks_logged(&workers[heir], "tick").len() >= 2
+    });
+    assert!(continued, "at the kill: {at_kill}\n{}", logs(&workers));
+    // On the heir, from the dead worker's last saved count, one tick per wake.
+    let on_heir = ticks_logged(&workers[heir], "tick");
+    let expected: Vec<u64> = (at_kill + 1..).take(on_heir.len()).collect();
+    assert_eq!(on_heir, expected, "{}", logs(&workers));
+    assert_eq!(owner_session().as_ref(), Some(&workers[heir].session));
+
+    // A request now reaches the heir, which reads the count from the same store.
+    let before = saved().unwrap();
+    let read = get(node.addr, "/threads/tick/ticks", None);
+    assert_eq!(read.status, 200, "{}", logs(&workers));
+    let ticks = read.json()["ticks"].as_u64().unwrap();
+    assert!(ticks >= before, "{ticks} < {before}");
+    assert!(read.json()["nextWakeMs"].is_u64());
+
+    // Stopped, it is forgotten: no state, no wake.
+    let stopped = Client::connect(node.addr)
+        .request(b"DELETE /threads/tick/ticker HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(stopped.json(), json!({ "stopped": true }));
+    assert_eq!(saved(), None);
+    assert_eq!(store.scheduled("/threads", "tick").unwrap(), None);
+    assert_eq!(workers[heir].terminate(), Some(0));
 }
