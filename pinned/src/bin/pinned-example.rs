@@ -14,7 +14,8 @@
 //! - `GET    /{ns}/{id}/ticks`   `{"ticks","nextWakeMs"}` as the store holds them
 //! - `DELETE /{ns}/{id}/ticker`  stops it and forgets it: `{"stopped": bool}`
 //!
-//! Each `_wake` adds one tick, saves it and schedules the next wake; the node's durability
+//! Each `_wake` adds one tick: it schedules the next wake, then saves the count (a failure of
+//! either fails the hook, and the sweep sends the wake again); the node's durability
 //! sweep sends it to whichever worker holds the instance then, placing it first if none does.
 //!
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
@@ -36,7 +37,7 @@ use clap::Parser;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, StatusCode};
 use pinned::{
-    App, Config, DriverKind, Error, Event, FileStore, Handle, Instance, Request, Response,
+    App, Config, DriverKind, Error, Event, FileStore, Handle, Instance, Origin, Request, Response,
     Takeover, Worker,
 };
 use serde_json::{Value, json};
@@ -223,18 +224,20 @@ impl Counters {
         Some(answer)
     }
 
-    /// Saves `ticks` and schedules the next tick.
+    /// Schedules the next tick, then saves `ticks`. In that order a failure of either leaves
+    /// the wake to be sent again (the hook fails) without a tick counted twice: a failed
+    /// schedule saved nothing, a failed save counts the tick at the next wake.
     async fn tick(&self, worker: &Handle, ns: &str, id: &str, ticks: u64) -> Result<Value, String> {
         let store = worker.store().ok_or("no durability store")?;
-        let state = json!({ "ticks": ticks }).to_string();
-        store
-            .save(ns, id, state.as_bytes())
-            .map_err(|e| e.to_string())?;
         let next = SystemTime::now() + self.tick;
         worker
             .schedule_wake(ns, id, next)
             .await
             .map_err(|e| format!("scheduling the next tick: {e}"))?;
+        let state = json!({ "ticks": ticks }).to_string();
+        store
+            .save(ns, id, state.as_bytes())
+            .map_err(|e| e.to_string())?;
         let next_ms = next
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -331,11 +334,16 @@ impl App for Counters {
             return Ok(());
         };
         match self.tick(worker, ns, id, ticks + 1).await {
-            Ok(_) => info!(%ns, %id, ticks = ticks + 1, "tick"),
-            // Saved, not rescheduled: a failed hook would only make the sweep tick it twice.
-            Err(e) => warn!(%ns, %id, error = %e, "tick"),
+            Ok(_) => {
+                info!(%ns, %id, ticks = ticks + 1, "tick");
+                Ok(())
+            }
+            // The wake stays on the schedule: the sweep sends it again at its next pass.
+            Err(e) => {
+                warn!(%ns, %id, error = %e, "tick");
+                Err(Error::new(Origin::Internal, e))
+            }
         }
-        Ok(())
     }
 
     async fn on_event(&self, worker: &Handle, event: Event) {
