@@ -163,7 +163,7 @@ impl<A: App> Surface<A> {
                 ));
             }
             Admission::Refused => {
-                debug!(%ns, %id, %epoch, "refusing a new activation");
+                debug!(%ns, %id, %epoch, "refusing: lease unhealthy or stopping");
                 return Ok(Response::json_value(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &json!({ "detail": "lease unhealthy" }),
@@ -781,21 +781,27 @@ mod tests {
     }
 
     #[test]
-    fn new_activations_are_refused_without_a_live_lease() {
+    fn nothing_is_served_without_a_live_lease() {
         let w = Serving::registered();
         assert_eq!(w.forward("/threads/held", "/threads/held", "5").status, 200);
         w.shared.state().lease_until = Some(Instant::now());
-        let refused = w.forward("/threads/new", "/threads/new", "5");
-        assert_eq!(
-            json_reply(&refused, 503),
-            json!({ "detail": "lease unhealthy" })
-        );
-        assert_eq!(refused.header("retry-after"), Some("1"));
-        assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+        // A new activation, and a held instance: a worker paused past its lease wakes up
+        // to forwards that waited in its sockets while the registry moved the instance on.
+        for inst in ["/threads/new", "/threads/held"] {
+            let refused = w.forward(inst, inst, "5");
+            assert_eq!(
+                json_reply(&refused, 503),
+                json!({ "detail": "lease unhealthy" }),
+                "{inst}"
+            );
+            assert_eq!(refused.header("retry-after"), Some("1"));
+            assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+        }
+        w.shared.state().lease_until = Some(Instant::now() + Duration::from_secs(60));
         assert_eq!(
             w.forward("/threads/held", "/threads/held", "5").status,
             200,
-            "held instances stay served"
+            "served again once the lease is renewed"
         );
     }
 
