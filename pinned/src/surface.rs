@@ -164,12 +164,7 @@ impl<A: App> Surface<A> {
             }
             Admission::Refused => {
                 debug!(%ns, %id, %epoch, "refusing: lease unhealthy or stopping");
-                return Ok(Response::json_value(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({ "detail": "lease unhealthy" }),
-                )
-                .header(RETRY_AFTER, HeaderValue::from_static("1"))
-                .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY)));
+                return Ok(lease_unhealthy());
             }
         };
         let instance = Instance {
@@ -183,7 +178,16 @@ impl<A: App> Surface<A> {
         if let (Purpose::Wake, Some(store)) = (purpose, &self.shared.config.durability) {
             return Ok(self.wake(instance, store.clone()).await);
         }
-        self.app.handle(&self.handle, &instance, req).await
+        let answer = self.app.handle(&self.handle, &instance, req).await?;
+        // Admitted on a live lease, the answer may still come past it (the worker was paused
+        // while the app ran): by then the instance may be another worker's, so the answer is
+        // withheld, refused like a forward that came past the lease.
+        if !self.shared.state().lease_healthy(Instant::now()) {
+            debug!(ns = %instance.ns, id = %instance.id, epoch = %instance.epoch,
+                "refusing: the lease lapsed while the app answered");
+            return Ok(lease_unhealthy());
+        }
+        Ok(answer)
     }
 
     /// An admitted `_wake`: runs [`App::on_wake`] on the stored state, unless one runs already
@@ -260,6 +264,17 @@ impl<A: App> Handler for Surface<A> {
             },
         }
     }
+}
+
+/// The in-band refusal (503, `Retry-After: 1`, `Pinned-Refusal: lease-unhealthy`): Pinboard
+/// re-places the instance.
+fn lease_unhealthy() -> Response {
+    Response::json_value(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({ "detail": "lease unhealthy" }),
+    )
+    .header(RETRY_AFTER, HeaderValue::from_static("1"))
+    .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY))
 }
 
 fn invalid_attestation() -> Response {
@@ -777,6 +792,37 @@ mod tests {
         assert_eq!(
             (seen["rest"].clone(), seen["body"].clone()),
             (json!(""), json!("hello"))
+        );
+    }
+
+    #[test]
+    fn an_answer_produced_past_the_lease_is_withheld() {
+        use std::io::{Read, Write};
+        let w = Serving::registered();
+        let token = mint_forward(&w.shared.secret, "sess-1", "/threads/a", "5");
+        let mut stream = std::net::TcpStream::connect(w.shared.local_addr).unwrap();
+        // Admitted on a live lease, the app waits for the body; the lease lapses meanwhile
+        // (a worker paused mid-request), and only then does the app answer.
+        write!(
+            stream,
+            "POST /threads/a HTTP/1.1\r\nHost: w\r\nContent-Length: 4\r\n\
+             Connection: close\r\nPinboard-Attestation: {token}\r\nPinboard-Epoch: 5\r\n\r\n"
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        w.shared.state().lease_until = Some(Instant::now());
+        stream.write_all(b"body").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("pinned-refusal: lease-unhealthy")
+        );
+        assert!(
+            answer.ends_with(r#"{"detail":"lease unhealthy"}"#),
+            "{answer}"
         );
     }
 

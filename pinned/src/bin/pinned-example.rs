@@ -108,7 +108,8 @@ struct Args {
     tick_secs: u64,
     /// Append one JSON line per instance request the app answered to this file, for an
     /// ownership checker (scripts/chaos): `{"inst","session","epoch","start_us","end_us",
-    /// "status"}`, times in µs of the wall clock.
+    /// "status","fenced"}`, times in µs of the wall clock; `fenced` when the lease had lapsed
+    /// by the answer, which the library then withholds.
     #[arg(long, env = "PINNED_SERVE_LOG")]
     serve_log: Option<PathBuf>,
 }
@@ -355,6 +356,8 @@ impl App for Counters {
         };
         let start_us = wall_us();
         let answer = self.answer(worker, instance, req).await;
+        // Past the lease the library withholds this answer (it refuses instead): not served.
+        let fenced = !worker.status().lease_healthy;
         let line = json!({
             "inst": format!("{}/{}", instance.ns, instance.id),
             "session": worker.session_id(),
@@ -362,6 +365,7 @@ impl App for Counters {
             "start_us": start_us as u64,
             "end_us": wall_us() as u64,
             "status": answer.as_ref().map_or(500, |r| r.status.as_u16()),
+            "fenced": fenced,
         });
         let mut file = journal.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = writeln!(file, "{line}") {
