@@ -23,6 +23,7 @@ use held::{Admission, Gate, HeldMap};
 const N: usize = 1_000_000;
 const OPEN: Gate = Gate {
     superseded: false,
+    lease: true,
     activations: true,
 };
 

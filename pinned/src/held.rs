@@ -51,6 +51,12 @@ pub(crate) enum Admission {
 pub(crate) struct Gate {
     /// Nothing is served, held or not.
     pub superseded: bool,
+    /// The lease is live. Past it the registry may have placed any held instance on another
+    /// worker (it knows this one dead once its copy's expiry passes, and this worker's lease
+    /// ends before that: it is counted from when the heartbeat was sent), so nothing is served,
+    /// held or not: a worker paused past its lease must not serve the forwards that waited in
+    /// its sockets while the instance moved on.
+    pub lease: bool,
     /// New activations may be taken: the lease is live and the worker is not stopping.
     pub activations: bool,
 }
@@ -134,7 +140,10 @@ impl HeldMap {
         let key = (ns.to_owned(), id.to_owned());
         match shard.held.get(&key) {
             Some(held) if epoch < held => return Admission::Stale,
-            Some(held) if epoch == held => return Admission::Serve { activated: false },
+            Some(held) if epoch == held && gate.lease => {
+                return Admission::Serve { activated: false };
+            }
+            Some(held) if epoch == held => return Admission::Refused,
             _ => {}
         }
         if let Some((gone, at)) = shard.gone.get(&key)
@@ -236,6 +245,7 @@ mod tests {
 
     const OPEN: Gate = Gate {
         superseded: false,
+        lease: true,
         activations: true,
     };
 
@@ -374,6 +384,7 @@ mod tests {
             let stopping = Mutex::new(false);
             let gate = || Gate {
                 superseded: false,
+                lease: true,
                 activations: !*stopping.lock().unwrap(),
             };
             let (activated, forgotten) = thread::scope(|s| {

@@ -231,12 +231,14 @@ impl State {
         self.lease_until.is_some_and(|until| now < until)
     }
 
-    /// What admissions may do now: nothing once superseded, new activations only on a live
-    /// lease and while not stopping.
+    /// What admissions may do now: nothing once superseded or past the lease, new
+    /// activations only while not stopping.
     pub fn gate(&self, now: Instant) -> Gate {
+        let lease = self.lease_healthy(now);
         Gate {
             superseded: self.superseded,
-            activations: !self.stopping && self.lease_healthy(now),
+            lease,
+            activations: !self.stopping && lease,
         }
     }
 
@@ -289,7 +291,7 @@ mod tests {
     }
 
     #[test]
-    fn new_activations_need_a_live_lease() {
+    fn serving_needs_a_live_lease() {
         let now = Instant::now();
         let map = HeldMap::new(0);
         let mut state = State::new(0);
@@ -299,15 +301,24 @@ mod tests {
             admit(&map, &state, "a", "1", now),
             Admission::Serve { activated: true }
         );
-        // Held instances keep being served on an expired lease; new ones are refused.
+        // Past the lease nothing is served: another worker may hold "a" by now. A stale epoch
+        // is still answered as stale.
         let later = now + Duration::from_secs(2);
+        assert_eq!(admit(&map, &state, "a", "1", later), Admission::Refused);
+        assert_eq!(admit(&map, &state, "a", "0", later), Admission::Stale);
+        assert_eq!(admit(&map, &state, "b", "1", later), Admission::Refused);
+        // A renewed lease serves "a" again (still held, at the same epoch).
+        state.lease_until = Some(later + Duration::from_secs(1));
         assert_eq!(
             admit(&map, &state, "a", "1", later),
             Admission::Serve { activated: false }
         );
-        assert_eq!(admit(&map, &state, "b", "1", later), Admission::Refused);
-        state.lease_until = Some(later + Duration::from_secs(1));
+        // Stopping: held instances are served until released, new ones refused.
         state.stopping = true;
+        assert_eq!(
+            admit(&map, &state, "a", "1", later),
+            Admission::Serve { activated: false }
+        );
         assert_eq!(admit(&map, &state, "b", "1", later), Admission::Refused);
         state.superseded = true;
         assert_eq!(admit(&map, &state, "a", "1", later), Admission::Refused);

@@ -163,13 +163,8 @@ impl<A: App> Surface<A> {
                 ));
             }
             Admission::Refused => {
-                debug!(%ns, %id, %epoch, "refusing a new activation");
-                return Ok(Response::json_value(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &json!({ "detail": "lease unhealthy" }),
-                )
-                .header(RETRY_AFTER, HeaderValue::from_static("1"))
-                .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY)));
+                debug!(%ns, %id, %epoch, "refusing: lease unhealthy or stopping");
+                return Ok(lease_unhealthy());
             }
         };
         let instance = Instance {
@@ -183,7 +178,16 @@ impl<A: App> Surface<A> {
         if let (Purpose::Wake, Some(store)) = (purpose, &self.shared.config.durability) {
             return Ok(self.wake(instance, store.clone()).await);
         }
-        self.app.handle(&self.handle, &instance, req).await
+        let answer = self.app.handle(&self.handle, &instance, req).await?;
+        // Admitted on a live lease, the answer may still come past it (the worker was paused
+        // while the app ran): by then the instance may be another worker's, so the answer is
+        // withheld, refused like a forward that came past the lease.
+        if !self.shared.state().lease_healthy(Instant::now()) {
+            debug!(ns = %instance.ns, id = %instance.id, epoch = %instance.epoch,
+                "refusing: the lease lapsed while the app answered");
+            return Ok(lease_unhealthy());
+        }
+        Ok(answer)
     }
 
     /// An admitted `_wake`: runs [`App::on_wake`] on the stored state, unless one runs already
@@ -260,6 +264,17 @@ impl<A: App> Handler for Surface<A> {
             },
         }
     }
+}
+
+/// The in-band refusal (503, `Retry-After: 1`, `Pinned-Refusal: lease-unhealthy`): Pinboard
+/// re-places the instance.
+fn lease_unhealthy() -> Response {
+    Response::json_value(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({ "detail": "lease unhealthy" }),
+    )
+    .header(RETRY_AFTER, HeaderValue::from_static("1"))
+    .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY))
 }
 
 fn invalid_attestation() -> Response {
@@ -628,7 +643,8 @@ mod tests {
             forward("another-secret-another-secret-00", "sess-1", now()),
             forward(&secret, "sess-0", now()),
             forward(&secret, "sess-1", now() - 61),
-            forward(&secret, "sess-1", now() + 31),
+            // Well past the 30 s of skew, however long the test takes to send it.
+            forward(&secret, "sess-1", now() + 40),
             mint_with(
                 Algorithm::HS384,
                 "pinboard+jwt",
@@ -781,21 +797,58 @@ mod tests {
     }
 
     #[test]
-    fn new_activations_are_refused_without_a_live_lease() {
+    fn an_answer_produced_past_the_lease_is_withheld() {
+        use std::io::{Read, Write};
+        let w = Serving::registered();
+        let token = mint_forward(&w.shared.secret, "sess-1", "/threads/a", "5");
+        let mut stream = std::net::TcpStream::connect(w.shared.local_addr).unwrap();
+        // Admitted on a live lease, the app waits for the body; the lease lapses meanwhile
+        // (a worker paused mid-request), and only then does the app answer.
+        write!(
+            stream,
+            "POST /threads/a HTTP/1.1\r\nHost: w\r\nContent-Length: 4\r\n\
+             Connection: close\r\nPinboard-Attestation: {token}\r\nPinboard-Epoch: 5\r\n\r\n"
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        w.shared.state().lease_until = Some(Instant::now());
+        stream.write_all(b"body").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("pinned-refusal: lease-unhealthy")
+        );
+        assert!(
+            answer.ends_with(r#"{"detail":"lease unhealthy"}"#),
+            "{answer}"
+        );
+    }
+
+    #[test]
+    fn nothing_is_served_without_a_live_lease() {
         let w = Serving::registered();
         assert_eq!(w.forward("/threads/held", "/threads/held", "5").status, 200);
         w.shared.state().lease_until = Some(Instant::now());
-        let refused = w.forward("/threads/new", "/threads/new", "5");
-        assert_eq!(
-            json_reply(&refused, 503),
-            json!({ "detail": "lease unhealthy" })
-        );
-        assert_eq!(refused.header("retry-after"), Some("1"));
-        assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+        // A new activation, and a held instance: a worker paused past its lease wakes up
+        // to forwards that waited in its sockets while the registry moved the instance on.
+        for inst in ["/threads/new", "/threads/held"] {
+            let refused = w.forward(inst, inst, "5");
+            assert_eq!(
+                json_reply(&refused, 503),
+                json!({ "detail": "lease unhealthy" }),
+                "{inst}"
+            );
+            assert_eq!(refused.header("retry-after"), Some("1"));
+            assert_eq!(refused.header("pinned-refusal"), Some("lease-unhealthy"));
+        }
+        w.shared.state().lease_until = Some(Instant::now() + Duration::from_secs(60));
         assert_eq!(
             w.forward("/threads/held", "/threads/held", "5").status,
             200,
-            "held instances stay served"
+            "served again once the lease is renewed"
         );
     }
 

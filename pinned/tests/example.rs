@@ -355,3 +355,59 @@ fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
     assert_eq!(store.scheduled("/threads", "tick").unwrap(), None);
     assert_eq!(workers[heir].terminate(), Some(0));
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to the worker's process.
+fn signal(example: &Example, signal: &str) {
+    let pid = example.child.id().to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status();
+    assert!(sent.unwrap().success(), "kill -{signal} {pid}");
+}
+
+#[test]
+fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
+    let redis = RedisServer::start();
+    let lease = Duration::from_millis(2000);
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
+    end_cold_start(&redis);
+    let workers = [
+        Example::start_as(&node, "example-1", &[]),
+        Example::start_as(&node, "example-2", &[]),
+    ];
+    let session_of = |reply: &support::http::Reply| reply.json()["session"].clone();
+    let first = get(node.addr, "/threads/p/count", None);
+    assert_eq!(first.status, 200, "{}", node.log());
+    let owner = workers
+        .iter()
+        .position(|w| json!(w.session) == session_of(&first))
+        .expect("one of the two serves it");
+    let heir = json!(workers[1 - owner].session);
+
+    // The owner freezes (a GC pause, a stopped VM). A request sent now is forwarded to it
+    // (its lease still runs) and waits in its socket.
+    signal(&workers[owner], "STOP");
+    let addr = node.addr;
+    let waiting = std::thread::spawn(move || get(addr, "/threads/p/count", None));
+    std::thread::sleep(lease + Duration::from_millis(500));
+    // Past the lease the registry places the instance on the other worker.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let moved = get(node.addr, "/threads/p/count", None);
+            moved.status == 200 && session_of(&moved) == heir
+        }),
+        "{}",
+        node.log()
+    );
+
+    // The owner wakes up believing it still owns "p", to the forward that waited: it must
+    // refuse it (the node then re-places the request on the new owner), never serve it.
+    signal(&workers[owner], "CONT");
+    let late = waiting.join().unwrap();
+    assert!(
+        late.status == 503 || (late.status == 200 && session_of(&late) == heir),
+        "the paused worker answered {} {}",
+        late.status,
+        late.text()
+    );
+}

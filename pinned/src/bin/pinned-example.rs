@@ -18,12 +18,18 @@
 //! either fails the hook, and the sweep sends the wake again); the node's durability
 //! sweep sends it to whichever worker holds the instance then, placing it first if none does.
 //!
+//! With `--serve-log FILE` it appends one JSON line per instance request it answered (instance,
+//! session, epoch, start and end in wall-clock µs, status): what `scripts/chaos`'s ownership
+//! checker reads.
+//!
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
 //! and exits 1. A configuration it cannot start with exits 2.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,6 +106,12 @@ struct Args {
     /// Seconds between a ticker's ticks.
     #[arg(long, env = "PINNED_TICK_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     tick_secs: u64,
+    /// Append one JSON line per instance request the app answered to this file, for an
+    /// ownership checker (scripts/chaos): `{"inst","session","epoch","start_us","end_us",
+    /// "status","fenced"}`, times in µs of the wall clock; `fenced` when the lease had lapsed
+    /// by the answer, which the library then withholds.
+    #[arg(long, env = "PINNED_SERVE_LOG")]
+    serve_log: Option<PathBuf>,
 }
 
 fn ns_env(pair: &str) -> Result<(String, String), String> {
@@ -157,10 +169,12 @@ struct Counters {
     stop: Sender<Stop>,
     /// A ticker's period.
     tick: Duration,
+    /// Where each answered request is journaled (`--serve-log`).
+    journal: Option<Mutex<File>>,
 }
 
 impl Counters {
-    fn new(expected: usize, stop: Sender<Stop>, tick: Duration) -> Counters {
+    fn new(expected: usize, stop: Sender<Stop>, tick: Duration, journal: Option<File>) -> Counters {
         let per_shard = expected.div_ceil(SHARDS);
         let per_shard = per_shard + per_shard / 8;
         let shards = (0..SHARDS)
@@ -176,6 +190,7 @@ impl Counters {
             shards,
             stop,
             tick,
+            journal: journal.map(Mutex::new),
         }
     }
 
@@ -224,34 +239,8 @@ impl Counters {
         Some(answer)
     }
 
-    /// Schedules the next tick, then saves `ticks`. In that order a failure of either leaves
-    /// the wake to be sent again (the hook fails) without a tick counted twice: a failed
-    /// schedule saved nothing, a failed save counts the tick at the next wake.
-    async fn tick(&self, worker: &Handle, ns: &str, id: &str, ticks: u64) -> Result<Value, String> {
-        let store = worker.store().ok_or("no durability store")?;
-        let next = SystemTime::now() + self.tick;
-        worker
-            .schedule_wake(ns, id, next)
-            .await
-            .map_err(|e| format!("scheduling the next tick: {e}"))?;
-        let state = json!({ "ticks": ticks }).to_string();
-        store
-            .save(ns, id, state.as_bytes())
-            .map_err(|e| e.to_string())?;
-        let next_ms = next
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        Ok(json!({ "ticks": ticks, "nextWakeMs": next_ms }))
-    }
-}
-
-/// A ticker's count from its saved state (`{"ticks": n}`).
-fn read_ticks(state: &[u8]) -> Option<u64> {
-    serde_json::from_slice::<Value>(state).ok()?["ticks"].as_u64()
-}
-
-impl App for Counters {
-    async fn handle(
+    /// The example's own routes: the ticker's, then the counter's and echo's.
+    async fn answer(
         &self,
         worker: &Handle,
         instance: &Instance,
@@ -321,6 +310,70 @@ impl App for Counters {
         }
     }
 
+    /// Schedules the next tick, then saves `ticks`. In that order a failure of either leaves
+    /// the wake to be sent again (the hook fails) without a tick counted twice: a failed
+    /// schedule saved nothing, a failed save counts the tick at the next wake.
+    async fn tick(&self, worker: &Handle, ns: &str, id: &str, ticks: u64) -> Result<Value, String> {
+        let store = worker.store().ok_or("no durability store")?;
+        let next = SystemTime::now() + self.tick;
+        worker
+            .schedule_wake(ns, id, next)
+            .await
+            .map_err(|e| format!("scheduling the next tick: {e}"))?;
+        let state = json!({ "ticks": ticks }).to_string();
+        store
+            .save(ns, id, state.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let next_ms = next
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Ok(json!({ "ticks": ticks, "nextWakeMs": next_ms }))
+    }
+}
+
+/// A ticker's count from its saved state (`{"ticks": n}`).
+fn read_ticks(state: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<Value>(state).ok()?["ticks"].as_u64()
+}
+
+/// Microseconds of the wall clock: one clock for every worker of the host, so that a checker
+/// can order what two workers served.
+fn wall_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+impl App for Counters {
+    async fn handle(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        req: &mut Request<'_>,
+    ) -> Result<Response, Error> {
+        let Some(journal) = &self.journal else {
+            return self.answer(worker, instance, req).await;
+        };
+        let start_us = wall_us();
+        let answer = self.answer(worker, instance, req).await;
+        // Past the lease the library withholds this answer (it refuses instead): not served.
+        let fenced = !worker.status().lease_healthy;
+        let line = json!({
+            "inst": format!("{}/{}", instance.ns, instance.id),
+            "session": worker.session_id(),
+            "epoch": instance.epoch.as_str(),
+            "start_us": start_us as u64,
+            "end_us": wall_us() as u64,
+            "status": answer.as_ref().map_or(500, |r| r.status.as_u16()),
+            "fenced": fenced,
+        });
+        let mut file = journal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = writeln!(file, "{line}") {
+            warn!(error = %e, "--serve-log: cannot write");
+        }
+        answer
+    }
+
     /// A ticker's wake: one more tick, saved, and the next one scheduled. A wake for an
     /// instance with no saved ticker (stopped meanwhile) does nothing.
     async fn on_wake(
@@ -388,7 +441,17 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let tick = Duration::from_secs(args.tick_secs);
-    let counters = Counters::new(args.expected_instances, stop, tick);
+    let journal = match &args.serve_log {
+        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => Some(file),
+            Err(e) => {
+                eprintln!("pinned-example: --serve-log {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let counters = Counters::new(args.expected_instances, stop, tick, journal);
     let config = match args.config() {
         Ok(config) => config,
         Err(e) => {
