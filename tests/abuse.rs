@@ -96,6 +96,52 @@ fn a_head_trickled_a_line_at_a_time_is_cut_off_at_the_header_timeout() {
     );
 }
 
+/// A body that stops arriving is 408 `request timeout`, on the registry and on the data plane
+/// alike; a malformed chunked body is 400 `bad request`. Both close the connection. The data
+/// plane answered both with an empty 502 (the answer for a client that has gone) before.
+#[test]
+fn a_stalled_or_malformed_body_is_408_or_400_on_the_registry_and_the_data_plane() {
+    let (f, _worker, _) = Fixture::with_worker(&[HEADER_TIMEOUT], "abuse");
+    let auth = format!(
+        "Authorization: Bearer {}\r\nContent-Type: application/json\r\n",
+        f.token
+    );
+    let stalled = [
+        format!(
+            "POST /registry/heartbeat HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: 100\r\n\r\n{{\"sessionId\""
+        ),
+        "POST /threads/slow/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789"
+            .to_string(),
+    ];
+    let malformed = [
+        format!(
+            "POST /registry/heartbeat HTTP/1.1\r\nHost: t\r\n{auth}Transfer-Encoding: chunked\r\n\r\n2\r\n{{}}\r\nzz\r\n"
+        ),
+        "POST /threads/bad/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n"
+            .to_string(),
+    ];
+    let cases = stalled
+        .iter()
+        .map(|r| (r, 408, r#"{"error":"request timeout"}"#))
+        .chain(
+            malformed
+                .iter()
+                .map(|r| (r, 400, r#"{"error":"bad request"}"#)),
+        );
+    for (request, status, body) in cases {
+        let mut c = Client::connect(f.node.addr);
+        let r = c.request(request.as_bytes());
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (status, body),
+            "{request}\n{}",
+            f.node.log()
+        );
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.is_closed(), "{request}");
+    }
+}
+
 /// Pipelined requests followed by bytes that are no HTTP: each request answered, in order,
 /// then 400 and the connection closed. A head of 200 headers, though under the byte cap, is
 /// refused the same way (the parser holds 96).

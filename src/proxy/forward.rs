@@ -17,7 +17,8 @@ use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::{
-    ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into, write_all_within,
+    BodyError, ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into,
+    write_all_within,
 };
 use crate::upstream::{Upstream, connect};
 
@@ -39,8 +40,9 @@ pub enum Outcome {
     Failed,
     /// No answer head within the forward timeout.
     TimedOut,
-    /// The client went away before or while the request was sent.
-    ClientGone,
+    /// The client's body failed while the request was sent: it was cut off (the client went
+    /// away), stalled past the read timeout, or broke its chunked framing.
+    BodyFailed(BodyError),
     /// The resolution grew older than [`STALE`] before anything was sent.
     Stale,
 }
@@ -129,7 +131,7 @@ pub async fn exchange(
         if framing != BodyFraming::None {
             match send_body(req, &mut upstream, framing, exchange.timeout).await {
                 Ok(()) => {}
-                Err(SendError::Client) => return (Outcome::ClientGone, None),
+                Err(SendError::Client(e)) => return (Outcome::BodyFailed(e), None),
                 Err(SendError::Upstream) => return (Outcome::Failed, None),
             }
         }
@@ -157,7 +159,7 @@ pub async fn exchange(
 }
 
 enum SendError {
-    Client,
+    Client(BodyError),
     Upstream,
 }
 
@@ -170,7 +172,7 @@ async fn send_body(
     let stream = &mut upstream.stream;
     let chunked = framing == BodyFraming::Chunked;
     loop {
-        let chunk = req.chunk().await.map_err(|_| SendError::Client)?;
+        let chunk = req.chunk().await.map_err(SendError::Client)?;
         let Some(chunk) = chunk else {
             if chunked {
                 write_all_within(stream, &b"0\r\n\r\n"[..], stuck)
