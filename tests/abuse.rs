@@ -142,6 +142,47 @@ fn a_stalled_or_malformed_body_is_408_or_400_on_the_registry_and_the_data_plane(
     }
 }
 
+/// A worker may answer before it has read a whole body (413 at its head, here) and close
+/// with the body still coming: that answer reaches the client, not a 502 because the rest of
+/// the body could not be written. An endless chunked body, and a declared one sent whole.
+#[test]
+fn a_workers_early_answer_to_a_body_it_refuses_is_relayed_not_a_502() {
+    let (f, worker, _) = Fixture::with_worker(&[], "abuse");
+    worker.set_serve(Serve::TooLarge);
+    let bodies = [
+        (
+            "POST /threads/endless/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_string(),
+            chunk(),
+            None,
+        ),
+        (
+            format!(
+                "POST /threads/declared/echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+                16 << 20
+            ),
+            vec![b'x'; 1 << 16],
+            Some(16 << 20),
+        ),
+    ];
+    for (head, piece, total) in bodies {
+        let mut c = Client::connect(f.node.addr);
+        let sender = send_endlessly(&c, head.clone(), piece, total);
+        let r = c.read(false);
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (413, "too large"),
+            "{head}\n{}",
+            f.node.log()
+        );
+        // The rest of the body is unread: the connection cannot carry another request.
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(c.is_closed(), "{head}");
+        sender.join().unwrap();
+    }
+    assert_eq!(worker.requests().len(), 2);
+}
+
 /// Pipelined requests followed by bytes that are no HTTP: each request answered, in order,
 /// then 400 and the connection closed. A head of 200 headers, though under the byte cap, is
 /// refused the same way (the parser holds 96).

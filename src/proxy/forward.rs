@@ -24,6 +24,11 @@ use crate::upstream::{Upstream, connect};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
+/// How long a worker that stopped taking a request body has to show the answer it sent before
+/// it did (a 413 once past its own cap, say, then a close): such an answer is already on its
+/// way, so this is only the time for the read to come back.
+const EARLY_ANSWER: Duration = Duration::from_secs(1);
+
 /// How a forward ended.
 pub enum Outcome {
     /// The worker's answer went to the client.
@@ -132,7 +137,7 @@ pub async fn exchange(
             match send_body(req, &mut upstream, framing, exchange.timeout).await {
                 Ok(()) => {}
                 Err(SendError::Client(e)) => return (Outcome::BodyFailed(e), None),
-                Err(SendError::Upstream) => return (Outcome::Failed, None),
+                Err(SendError::Upstream) => return early_answer(req, upstream, exchange).await,
             }
         }
         match read_head(&mut upstream, exchange.timeout).await {
@@ -161,6 +166,23 @@ pub async fn exchange(
 enum SendError {
     Client(BodyError),
     Upstream,
+}
+
+/// The worker stopped taking the request body (it closed, or took no byte for the forward
+/// timeout). A worker may answer before it has read a whole body (a 413 once past its cap)
+/// and close: that answer is the client's, not a 502. The client connection closes after it,
+/// since the rest of its body is unread; the worker connection is never reused.
+async fn early_answer(
+    req: &mut Request<'_>,
+    mut upstream: Upstream,
+    exchange: &Exchange<'_>,
+) -> (Outcome, Option<Upstream>) {
+    match read_head(&mut upstream, EARLY_ANSWER).await {
+        Ok(head) if head.status != StatusCode::SWITCHING_PROTOCOLS => {
+            (relay(req, upstream, head, exchange.timeout).await.0, None)
+        }
+        _ => (Outcome::Failed, None),
+    }
 }
 
 async fn send_body(
@@ -296,7 +318,8 @@ async fn relay(
             .map_or(BodyFraming::None, BodyFraming::Length),
         _ => to,
     };
-    let close = !req.keep_alive() || to == BodyFraming::Close;
+    // A body not read to its end (an early answer) leaves the client connection unusable.
+    let close = !req.keep_alive() || to == BodyFraming::Close || req.has_body();
     let persistence = match (close, old_client) {
         (true, _) => Persistence::Close,
         (false, true) => Persistence::KeepAlive,
