@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::{HeaderValue, StatusCode, header};
 
 use crate::error::{Error, Origin};
-use crate::http::Response;
+use crate::http::{BodyError, Response};
 use crate::redis::RedisError;
 
 /// The largest body a registry or operator route reads.
@@ -162,6 +162,16 @@ pub fn upstream_timeout() -> Response {
 /// An empty 502, closing: the client went away mid-request, no one reads it.
 pub fn client_gone() -> Response {
     Response::empty(StatusCode::BAD_GATEWAY).closing()
+}
+
+/// The answer to a request whose body failed while it was forwarded: the client gone (an empty
+/// 502), or too slow (408 `request timeout`) or malformed (400 `bad request`), as a registry
+/// route answers them; closing.
+pub fn body_failed(e: BodyError) -> Response {
+    match e {
+        BodyError::Aborted => client_gone(),
+        e => e.answer(),
+    }
 }
 
 /// 400 `invalid instance id` (text), as the data plane answers a path it cannot route.

@@ -5,13 +5,13 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::attest::claims_of;
 use support::fleet::Fixture;
-use support::http::{Client, get};
+use support::http::{Client, get, tight_client};
 use support::node::{eventually, token};
 use support::worker::TestWorker;
 
@@ -190,19 +190,6 @@ fn h1_another_accounts_session_cannot_be_reclaimed() {
     let reclaimed = f.row("/threads", "demo").unwrap();
     assert_eq!(reclaimed["sessionId"], r.json()["sessionId"]);
     assert_eq!(reclaimed["epoch"], row["epoch"]);
-}
-
-/// A client connection with a receive buffer as small as the kernel allows, so that a client
-/// that does not read stops taking bytes at once.
-fn tight_client(addr: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    socket.connect(&addr.into()).unwrap();
-    let stream: TcpStream = socket.into();
-    stream
-        .set_write_timeout(Some(Duration::from_secs(2)))
-        .unwrap();
-    stream
 }
 
 /// Writes `total` bytes of `unit` repeated, until done or the peer stops taking them; returns

@@ -3,7 +3,7 @@
 use http::StatusCode;
 use serde::de::DeserializeOwned;
 
-use super::request::{BodyError, Request};
+use super::request::Request;
 use super::response::Response;
 
 /// Reads and parses the body as `T`. On failure, the answer to send: 413
@@ -14,17 +14,7 @@ pub async fn read_json<T: DeserializeOwned>(
     limit: usize,
     shape: &'static str,
 ) -> Result<T, Response> {
-    let mut body = req.read_body(limit).await.map_err(|e| match e {
-        BodyError::TooLarge => {
-            Response::error(StatusCode::PAYLOAD_TOO_LARGE, "body too large").closing()
-        }
-        BodyError::TimedOut => {
-            Response::error(StatusCode::REQUEST_TIMEOUT, "request timeout").closing()
-        }
-        BodyError::Malformed | BodyError::Aborted => {
-            Response::error(StatusCode::BAD_REQUEST, "bad request").closing()
-        }
-    })?;
+    let mut body = req.read_body(limit).await.map_err(|e| e.answer())?;
     // Building the tape validates the whole document, so any failure after it is a shape
     // mismatch: that is how "invalid json" and "expected {...}" are told apart.
     let mut de = simd_json::Deserializer::from_slice(&mut body)

@@ -8,13 +8,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Method, Version, header};
+use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
 
 use super::chunked::{ChunkedDecoder, Piece};
 use super::head::Framing;
+use super::response::Response;
 use super::server::Conn;
 
 /// Largest leftover body drained to keep a connection alive after a handler that did not read
@@ -32,6 +33,20 @@ pub enum BodyError {
     Aborted,
     #[error("client too slow sending the body")]
     TimedOut,
+}
+
+impl BodyError {
+    /// The answer to a request whose body failed this way: 413 `body too large`, 408 `request
+    /// timeout`, or 400 `bad request` (a malformed body, or one cut off, which no one may
+    /// read). Closing: what is left of the body cannot be told from a next request.
+    pub fn answer(&self) -> Response {
+        let (status, message) = match self {
+            BodyError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
+            BodyError::TimedOut => (StatusCode::REQUEST_TIMEOUT, "request timeout"),
+            BodyError::Malformed | BodyError::Aborted => (StatusCode::BAD_REQUEST, "bad request"),
+        };
+        Response::error(status, message).closing()
+    }
 }
 
 enum BodyState {

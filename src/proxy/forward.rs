@@ -17,11 +17,17 @@ use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::{
-    ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into, write_all_within,
+    BodyError, ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into,
+    write_all_within,
 };
 use crate::upstream::{Upstream, connect};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// How long a worker that stopped taking a request body has to show the answer it sent before
+/// it did (a 413 once past its own cap, say, then a close): such an answer is already on its
+/// way, so this is only the time for the read to come back.
+const EARLY_ANSWER: Duration = Duration::from_secs(1);
 
 /// How a forward ended.
 pub enum Outcome {
@@ -39,8 +45,9 @@ pub enum Outcome {
     Failed,
     /// No answer head within the forward timeout.
     TimedOut,
-    /// The client went away before or while the request was sent.
-    ClientGone,
+    /// The client's body failed while the request was sent: it was cut off (the client went
+    /// away), stalled past the read timeout, or broke its chunked framing.
+    BodyFailed(BodyError),
     /// The resolution grew older than [`STALE`] before anything was sent.
     Stale,
 }
@@ -129,8 +136,8 @@ pub async fn exchange(
         if framing != BodyFraming::None {
             match send_body(req, &mut upstream, framing, exchange.timeout).await {
                 Ok(()) => {}
-                Err(SendError::Client) => return (Outcome::ClientGone, None),
-                Err(SendError::Upstream) => return (Outcome::Failed, None),
+                Err(SendError::Client(e)) => return (Outcome::BodyFailed(e), None),
+                Err(SendError::Upstream) => return early_answer(req, upstream, exchange).await,
             }
         }
         match read_head(&mut upstream, exchange.timeout).await {
@@ -157,8 +164,25 @@ pub async fn exchange(
 }
 
 enum SendError {
-    Client,
+    Client(BodyError),
     Upstream,
+}
+
+/// The worker stopped taking the request body (it closed, or took no byte for the forward
+/// timeout). A worker may answer before it has read a whole body (a 413 once past its cap)
+/// and close: that answer is the client's, not a 502. The client connection closes after it,
+/// since the rest of its body is unread; the worker connection is never reused.
+async fn early_answer(
+    req: &mut Request<'_>,
+    mut upstream: Upstream,
+    exchange: &Exchange<'_>,
+) -> (Outcome, Option<Upstream>) {
+    match read_head(&mut upstream, EARLY_ANSWER).await {
+        Ok(head) if head.status != StatusCode::SWITCHING_PROTOCOLS => {
+            (relay(req, upstream, head, exchange.timeout).await.0, None)
+        }
+        _ => (Outcome::Failed, None),
+    }
 }
 
 async fn send_body(
@@ -170,7 +194,7 @@ async fn send_body(
     let stream = &mut upstream.stream;
     let chunked = framing == BodyFraming::Chunked;
     loop {
-        let chunk = req.chunk().await.map_err(|_| SendError::Client)?;
+        let chunk = req.chunk().await.map_err(SendError::Client)?;
         let Some(chunk) = chunk else {
             if chunked {
                 write_all_within(stream, &b"0\r\n\r\n"[..], stuck)
@@ -294,7 +318,8 @@ async fn relay(
             .map_or(BodyFraming::None, BodyFraming::Length),
         _ => to,
     };
-    let close = !req.keep_alive() || to == BodyFraming::Close;
+    // A body not read to its end (an early answer) leaves the client connection unusable.
+    let close = !req.keep_alive() || to == BodyFraming::Close || req.has_body();
     let persistence = match (close, old_client) {
         (true, _) => Persistence::Close,
         (false, true) => Persistence::KeepAlive,

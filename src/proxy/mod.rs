@@ -237,9 +237,7 @@ pub async fn handle(
             forward::Outcome::TimedOut => {
                 return Ok(answers::upstream_timeout());
             }
-            forward::Outcome::ClientGone => {
-                return Ok(answers::client_gone());
-            }
+            forward::Outcome::BodyFailed(e) => return Ok(answers::body_failed(e)),
             forward::Outcome::Stale => stale += 1,
         }
     }

@@ -42,6 +42,16 @@ impl Fixture {
         }
     }
 
+    /// A fixture past its cold start with one [`TestWorker`] registered as `w1` on `/threads`
+    /// and `/docs`: (fixture, worker, its session).
+    pub fn with_worker(env: &[(&str, &str)], label: &str) -> (Fixture, TestWorker, String) {
+        let f = Fixture::new(env);
+        f.warm();
+        let worker = TestWorker::start(label);
+        let session = f.registered(&worker, "w1");
+        (f, worker, session)
+    }
+
     pub fn post(&self, route: &str, token: &str, body: &Value) -> Reply {
         post_json(
             self.node.addr,

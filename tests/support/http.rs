@@ -48,6 +48,11 @@ impl Client {
         }
     }
 
+    /// The connection's socket again, to write on from another thread while this one reads.
+    pub fn writer(&self) -> TcpStream {
+        self.stream.try_clone().expect("clone the client socket")
+    }
+
     pub fn send(&mut self, raw: &[u8]) {
         self.stream.write_all(raw).expect("write request");
     }
@@ -231,4 +236,17 @@ pub fn post_json(addr: SocketAddr, path: &str, token: Option<&str>, body: &str) 
         )
         .as_bytes(),
     )
+}
+
+/// A client connection with a receive buffer as small as the kernel allows, so that a client
+/// that does not read stops taking bytes at once.
+pub fn tight_client(addr: SocketAddr) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    stream
 }

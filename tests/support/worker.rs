@@ -47,6 +47,12 @@ pub enum Serve {
     /// close the connection; at the client's end of stream it answers `bye\n` (the client's
     /// half-close must not cut off what the worker still sends) and closes.
     Upgrade,
+    /// 413 as soon as the head has arrived, the body left unread, then the connection closed
+    /// (a reset, when the body is still coming): a worker refusing a body past its own cap.
+    TooLarge,
+    /// 200 with a `Content-Length` of 10 GB, then zeros as fast as the connection takes them
+    /// until a write fails ([`TestWorker::streamed`] counts them).
+    Endless,
 }
 
 /// How an upgraded connection ended on the worker's side.
@@ -88,6 +94,9 @@ struct State {
     values: HashMap<String, String>,
     seen: Vec<Seen>,
     tunnels: Vec<TunnelEnd>,
+    /// Bytes of [`Serve::Endless`] bodies written, and such answers still being written.
+    streamed: u64,
+    streaming: usize,
     /// How many of the next `_wake`s answer 202 `{"activating":true}` (then the echo, a 200).
     activating: usize,
 }
@@ -113,6 +122,8 @@ impl TestWorker {
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
+            streamed: 0,
+            streaming: 0,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st) = (state.clone(), stop.clone());
@@ -188,6 +199,12 @@ impl TestWorker {
         self.state.lock().unwrap().tunnels.clone()
     }
 
+    /// Bytes of [`Serve::Endless`] bodies written so far, and how many are still being written.
+    pub fn streamed(&self) -> (u64, usize) {
+        let s = self.state.lock().unwrap();
+        (s.streamed, s.streaming)
+    }
+
     pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
     }
@@ -252,6 +269,20 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
                 .find(|(n, _)| n == name)
                 .map(|(_, v)| v.clone())
         };
+        if !path.starts_with("/_pinned/") && state.lock().unwrap().serve == Serve::TooLarge {
+            state.lock().unwrap().seen.push(Seen {
+                method,
+                path,
+                headers,
+                body: Vec::new(),
+                conn: n,
+                at: std::time::Instant::now(),
+            });
+            let answer = "HTTP/1.1 413 Payload Too Large\r\ncontent-type: text/plain\r\n\
+                          content-length: 9\r\nconnection: close\r\n\r\ntoo large";
+            let _ = conn.write_all(answer.as_bytes());
+            return;
+        }
         let mut body = Vec::new();
         if let Some(len) = get("content-length") {
             let len: usize = len.parse().unwrap();
@@ -330,6 +361,9 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             let end = upgrade_echo(&mut conn, std::mem::take(&mut buf));
             state.lock().unwrap().tunnels.push(end);
             false
+        } else if serve == Serve::Endless {
+            endless(&mut conn, state);
+            false
         } else {
             answer_instance(&mut conn, serve, &seen)
         };
@@ -404,7 +438,24 @@ fn answer_instance(conn: &mut TcpStream, serve: Serve, seen: &Seen) -> bool {
         }
         Serve::Drop => false,
         Serve::Upgrade => unreachable!("served by upgrade_echo"),
+        Serve::Endless => unreachable!("served by endless"),
+        Serve::TooLarge => unreachable!("answered before the body"),
     }
+}
+
+/// Answers 200 with a 10 GB length, then writes zeros until a write fails.
+fn endless(conn: &mut TcpStream, state: &Mutex<State>) {
+    let head = "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n\
+                content-length: 10737418240\r\n\r\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    state.lock().unwrap().streaming += 1;
+    let block = [0u8; 65536];
+    while conn.write_all(&block).is_ok() {
+        state.lock().unwrap().streamed += block.len() as u64;
+    }
+    state.lock().unwrap().streaming -= 1;
 }
 
 /// Answers `101`, then echoes raw bytes uppercased until the client's end of stream or `quit`.
