@@ -4,8 +4,8 @@
 //! environment variable, `NAME=VALUE`. Beyond "no panic", it checks that:
 //! - a refusal displays as one line (the documented form of `ConfigError`);
 //! - an accepted configuration, rendered by `render_masked` and loaded back with no environment,
-//!   gives the same `Config` once the masked secrets are put back (the promise `check-config`
-//!   output rests on).
+//!   gives the same `Config` once the masked secrets are put back (the HS256 secret through
+//!   the environment, as an operator would; the promise `check-config` output rests on).
 //!
 //! Inputs that configure Ed25519 key files are skipped: `Config::load` opens each one, and a
 //! fuzzer must not open arbitrary paths (a FIFO would hang it, a device could do worse).
@@ -41,13 +41,16 @@ fuzz_target!(|data: &[u8]| {
         }
     };
 
+    // The masked secret (`***`) is no valid secret: it is given back the way an operator
+    // would, through the environment, which wins over the file.
     let rendered = config.render_masked();
-    let mut reloaded = Config::load(Some((path, &rendered)), Vec::new())
-        .unwrap_or_else(|e| panic!("the rendering does not load back ({e}):\n{rendered}"));
-    reloaded
+    let secret = config
         .passport
         .hs256_secret
-        .clone_from(&config.passport.hs256_secret);
+        .iter()
+        .map(|secret| ("PINBOARD_PASSPORT__HS256_SECRET".to_owned(), secret.clone()));
+    let mut reloaded = Config::load(Some((path, &rendered)), secret.collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("the rendering does not load back ({e}):\n{rendered}"));
     if let (
         RedisTarget::Single { password, .. },
         RedisTarget::Single {
