@@ -63,6 +63,29 @@ pub async fn serve_connection<H: Handler>(
     limits: &Limits,
     shutdown: &Shutdown,
 ) {
+    // Until its first byte a connection costs its socket and this future, a few hundred bytes:
+    // its buffers and the state of a request (about 26 KiB, most of it the handler's future)
+    // are allocated once there is something to read. Allocated at accept, 6,000 connections
+    // that sent nothing held 160 MB, and faulting that memory in stalled the event loop
+    // (reliability.md, "Abuse", idle-10k).
+    let readable = monoio::select! {
+        r = monoio::time::timeout(limits.header_timeout, stream.readable(false)) => {
+            matches!(r, Ok(Ok(())))
+        }
+        _ = shutdown.fired() => false,
+    };
+    if readable {
+        Box::pin(serve(stream, peer, handler, limits, shutdown)).await;
+    }
+}
+
+async fn serve<H: Handler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: &H,
+    limits: &Limits,
+    shutdown: &Shutdown,
+) {
     // Answers are small and written whole; Nagle would only add latency.
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
