@@ -585,3 +585,107 @@ fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
         node.log()
     );
 }
+
+/// Found by `scripts/chaos --profile cluster` (master-kill): a worker that lost its session
+/// while a master was down (or while the node's slot map still named it, just after a
+/// failover) registered again; the bucket writes failed on that master and the registration
+/// answered 503, but it had written a session, and its copies in the other buckets, with the
+/// rows it reclaimed there. Placements landed on that session, and its worker, which never
+/// learnt of it, refused each forward (403 `invalid attestation`: audience is not this
+/// worker's session, 4,700 in one round); its retry could reclaim nothing (the previous
+/// session had been replaced) and evicted every instance it held.
+///
+/// Now a registration writes nothing unless every bucket answers: the 503 leaves the previous
+/// session as it was, and the retry once the master is back reclaims every row it still has.
+#[test]
+fn a_registration_while_a_master_is_down_writes_nothing_and_the_retry_reclaims() {
+    use std::time::Duration;
+    let keys = support::keys(16);
+    let cli = |cluster: &RedisCluster, args: &[&str]| cluster_cli(cluster, args);
+
+    let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
+    let (node, worker) = warm_node(
+        &cluster,
+        "300000",
+        &[("PINBOARD_REDIS_TIMEOUT_MS", "500")],
+        "registration-cut-short",
+    );
+    let first = cli(&cluster, &["HGET", keys.clients(), "c1"]);
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let first = first["sessionId"].as_str().unwrap().to_string();
+    let ids: Vec<String> = (0..48).map(|i| format!("cut-{i}")).collect();
+    for id in &ids {
+        let r = get(node.addr, &format!("/threads/{id}"), None);
+        assert_eq!(r.status, 200, "{id}: {}", r.text());
+    }
+    let master_of = |b: u32| cluster.owner_of(cluster.slot_of(&keys.bucket(b).workers));
+    let masters: Vec<usize> = (0..16).map(master_of).collect();
+    let registry = cluster.owner_of(cluster.slot_of(keys.sessions()));
+    let victim = (0..3).find(|&n| n != registry).unwrap();
+    let on_victim = |id: &str| masters[pinboard::store::bucket_of(id, 16) as usize] == victim;
+    let (lost, kept): (Vec<&String>, Vec<&String>) = ids.iter().partition(|id| on_victim(id));
+    assert!(!lost.is_empty() && !kept.is_empty());
+
+    let token = node.worker_token("acct");
+    let reregister = || {
+        let (challenge, value) = worker.challenge();
+        let body = json!({
+            "clientId": "c1", "secret": worker.secret(), "namespaces": ["/threads"],
+            "advertiseUrl": worker.url(), "headroom": 100, "draining": false,
+            "challenge": challenge, "challengeValue": value,
+            "prevSessionId": first, "instances": {"/threads": ids},
+        });
+        post_json(
+            node.addr,
+            "/registry/register",
+            Some(&token),
+            &body.to_string(),
+        )
+    };
+
+    cluster.node_mut(victim).stop();
+    let r = reregister();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.text(), r#"{"error":"registry unavailable, retry"}"#);
+    // Nothing written: the previous session is the client's and the only one, and no bucket
+    // that answers holds a copy of another.
+    let sessions = cluster.nodes()[registry].cli(&["-c", "HKEYS", keys.sessions()]);
+    assert_eq!(sessions, first, "sessions after the 503");
+    let pointer = cluster.nodes()[registry].cli(&["-c", "HGET", keys.clients(), "c1"]);
+    assert!(pointer.contains(&first), "{pointer}");
+    for b in (0..16).filter(|&b| masters[b as usize] != victim) {
+        let owner = masters[b as usize];
+        let copies = cluster.nodes()[owner].cli(&["HKEYS", &keys.bucket(b).workers]);
+        assert_eq!(copies, first, "bucket {b}'s copies after the 503");
+    }
+
+    // The master back (empty: its buckets' rows are gone), the retry reclaims the others.
+    cluster.node_mut(victim).restart();
+    cluster.wait_ok();
+    let mut last = None;
+    assert!(
+        support::node::eventually(Duration::from_secs(20), || {
+            let r = reregister();
+            let ok = r.status == 200;
+            last = Some(r);
+            ok
+        }),
+        "{:?}\n{}",
+        last.map(|r| (r.status, r.text())),
+        node.log()
+    );
+    let answer = last.unwrap().json();
+    let mut evicted: Vec<String> = answer["duplicates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
+    evicted.sort();
+    let mut expected: Vec<String> = lost.iter().map(|id| id.to_string()).collect();
+    expected.sort();
+    assert_eq!(
+        evicted, expected,
+        "only the ids whose rows died with the master are evicted"
+    );
+}

@@ -32,6 +32,11 @@ const MAX_ATTEMPTS: u32 = 8;
 /// How often a healthy map's connectivity is checked.
 const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
+/// The longest pause between two refreshes while some slot has no connected master. A
+/// refresh is one CLUSTER SLOTS to a master that answers; what it waits for is the cluster
+/// promoting a replica, and each pause adds to the outage after that (a 2 s pause made the
+/// nodes route a failed-over master's slots to the dead one for up to 2 s more).
+const MAX_REFRESH_PAUSE: Duration = Duration::from_millis(500);
 
 pub(crate) struct Cluster {
     shared: Rc<Shared>,
@@ -235,7 +240,7 @@ fn spawn_node(endpoint: &Endpoint, opts: &RedisOptions) -> Node {
 }
 
 async fn maintain(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
-    let mut backoff = Backoff::new();
+    let mut backoff = Backoff::up_to(MAX_REFRESH_PAUSE);
     let mut failing = false;
     let mut due = true;
     loop {

@@ -179,6 +179,7 @@ impl Shared {
 /// so that cores (and nodes) restarted together do not reconnect in lockstep.
 pub(crate) struct Backoff {
     next: Duration,
+    max: Duration,
 }
 
 impl Backoff {
@@ -186,7 +187,15 @@ impl Backoff {
     const MAX: Duration = Duration::from_secs(2);
 
     pub(crate) fn new() -> Backoff {
-        Backoff { next: Self::FIRST }
+        Backoff::up_to(Self::MAX)
+    }
+
+    /// Doubling from 50 ms up to `max` (jittered: each delay is between half and all of it).
+    pub(crate) fn up_to(max: Duration) -> Backoff {
+        Backoff {
+            next: Self::FIRST,
+            max,
+        }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -195,7 +204,7 @@ impl Backoff {
 
     pub(crate) fn next_delay(&mut self) -> Duration {
         let base = self.next;
-        self.next = (base * 2).min(Self::MAX);
+        self.next = (base * 2).min(self.max);
         let half = base.as_millis() as u32 / 2;
         Duration::from_millis(u64::from(half + monoio::utils::thread_rng_n(half + 1)))
     }

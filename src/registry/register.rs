@@ -107,6 +107,11 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
     let store = &core.store;
     let keys = &store.keys;
     let drain = keys.drain(&s.client_id);
+    // Every bucket must answer before anything is written: a registration cut short by one
+    // that does not would leave this session live in the others, placed on there, while its
+    // worker (answered 503) refuses every forward to it as not its session's, and the worker's
+    // retry could no longer reclaim the rows this session took from the previous one.
+    store.every_bucket_answers().await?;
     let outcome: Outcome = store
         .run(
             &REGISTER,
@@ -143,9 +148,20 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
         prev_session: outcome.reclaim.as_deref(),
         instances: &instances,
     };
-    let buckets = store
+    let buckets = match store
         .put_everywhere(&s, outcome.drain.is_some(), Some(&reclaim))
-        .await?;
+        .await
+    {
+        Ok(buckets) => buckets,
+        Err(e) => {
+            // A bucket lost between that check and these writes: the session goes again from
+            // wherever it landed (best effort), so that no placement lands on it.
+            if let Err(drop) = store.drop_session(&s.session_id, false).await {
+                warn!(session = %s.session_id, error = %drop, "dropping a registration cut short failed");
+            }
+            return Err(e.into());
+        }
+    };
     // A concurrent registration of the same client may have replaced this session while its
     // copies were being written; they must not outlive it.
     if store.session(&s.session_id).await?.is_none() {

@@ -292,6 +292,14 @@ impl Store {
         Ok(stamps)
     }
 
+    /// Fails unless every bucket's master answers (one read each, all in flight at once). A
+    /// registration asks first, so that a master that is down, or that this node's slot map
+    /// still names after a failover, makes it write nothing: not a session live in the other
+    /// buckets, with the rows it reclaimed there, that its worker never learns of.
+    pub async fn every_bucket_answers(&self) -> Result<(), Error> {
+        self.boot_times().await.map(drop)
+    }
+
     /// Queues a `wind_down` control message to `session_id` for each (ns, id, deadline ms, or
     /// none to revoke an earlier one); the worker gets them with its next heartbeat. At most
     /// [`SCRIPT_PAGE`] messages per script call.
