@@ -601,7 +601,6 @@ fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
 fn a_registration_while_a_master_is_down_writes_nothing_and_the_retry_reclaims() {
     use std::time::Duration;
     let keys = support::keys(16);
-    let cli = |cluster: &RedisCluster, args: &[&str]| cluster_cli(cluster, args);
 
     let mut cluster = RedisCluster::start_with(&["--cluster-require-full-coverage", "no"]);
     let (node, worker) = warm_node(
@@ -610,7 +609,7 @@ fn a_registration_while_a_master_is_down_writes_nothing_and_the_retry_reclaims()
         &[("PINBOARD_REDIS_TIMEOUT_MS", "500")],
         "registration-cut-short",
     );
-    let first = cli(&cluster, &["HGET", keys.clients(), "c1"]);
+    let first = cluster_cli(&cluster, &["HGET", keys.clients(), "c1"]);
     let first: Value = serde_json::from_str(&first).unwrap();
     let first = first["sessionId"].as_str().unwrap().to_string();
     let ids: Vec<String> = (0..48).map(|i| format!("cut-{i}")).collect();
