@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 use pinboard::config::{Config, LogFormat};
-use pinboard::node::Shared;
+use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, Passport, TokenRequest};
 
 #[global_allocator]
@@ -234,7 +234,8 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
         p.audience.as_deref(),
     )
     .map_err(|e| format!("config error: passport: {e}"))?;
-    Ok(Shared::new(config, passport))
+    let tls = NodeTls::load(&config)?;
+    Ok(Shared::new(config, passport, tls))
 }
 
 fn config_error(message: &str) -> ExitCode {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::http::Limits;
+use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
 use crate::metrics::{CoreCounters, SweepCounters};
 use crate::passport::Passport;
 use crate::placement;
@@ -38,11 +39,43 @@ pub struct Shared {
     pub sweeps: SweepCounters,
     /// The registry as the mirror poll last read it, for `/metrics`.
     pub mirror: crate::mirror::Mirror,
+    pub tls: NodeTls,
+}
+
+/// The node's TLS: its listener's certificate pair when it serves HTTPS, and the trust its
+/// connections to `https` workers are verified with.
+pub struct NodeTls {
+    pub listener: Option<ServerTls>,
+    pub workers: ClientTls,
+}
+
+impl NodeTls {
+    /// Reads every PEM file the configuration names; the error is one line naming the key.
+    pub fn load(config: &Config) -> Result<NodeTls, String> {
+        let named = |key: &str| {
+            let key = key.to_owned();
+            move |e: TlsSetupError| format!("config error: {key}: {e}")
+        };
+        let listener = match (&config.tls.cert_file, &config.tls.key_file) {
+            (Some(cert), Some(key)) => Some(ServerTls::load(cert, key).map_err(|e| {
+                let key = match e.file {
+                    PemFile::Key => "tls.key_file",
+                    _ => "tls.cert_file",
+                };
+                named(key)(e)
+            })?),
+            _ => None,
+        };
+        let workers = ClientTls::new(config.forwards.ca_file.as_deref(), Alpn::Http1)
+            .map_err(named("forwards.ca_file"))?;
+        Ok(NodeTls { listener, workers })
+    }
 }
 
 impl Shared {
-    pub fn new(config: Config, passport: Passport) -> Shared {
+    pub fn new(config: Config, passport: Passport, tls: NodeTls) -> Shared {
         Shared {
+            tls,
             counters: (0..config.cores())
                 .map(|_| CoreCounters::default())
                 .collect(),

@@ -60,7 +60,7 @@ fn start(io_uring: bool) -> SocketAddr {
                 let (stream, peer) = listener.accept().await.unwrap();
                 let (limits, shutdown) = (limits.clone(), shutdown.clone());
                 monoio::spawn(async move {
-                    serve_connection(stream, peer, &TestRoutes, &limits, &shutdown).await;
+                    serve_connection(stream, peer, &TestRoutes, &limits, &shutdown, None).await;
                 });
             }
         };

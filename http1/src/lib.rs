@@ -2,7 +2,7 @@
 //! HTTP/1.1 on monoio, and nothing of either: no configuration, credentials, Redis or
 //! placement. It owns the server side (request heads parsed by monoio-http's codec pieces,
 //! bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
-//! one-shot client to a worker ([`fetch`]), the one error type both sides report failures
+//! one-shot client to a worker ([`fetch`]), TLS on either end ([`tls`], over a [`Transport`]), the one error type both sides report failures
 //! with ([`error`]), a core's [`Shutdown`] signal and the event-loop [`DriverKind`].
 //!
 //! No framework: a router sees a [`Request`] and returns a [`Response`].
@@ -19,6 +19,8 @@ mod resolve;
 mod response;
 mod server;
 mod shutdown;
+pub mod tls;
+mod transport;
 
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
@@ -30,3 +32,4 @@ pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};
 pub use shutdown::Shutdown;
+pub use transport::Transport;

@@ -11,12 +11,12 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::buf::{IoBuf, IoBufMut};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf};
-use monoio::net::TcpStream;
 
 use super::chunked::{ChunkedDecoder, Piece};
 use super::head::Framing;
 use super::response::Response;
 use super::server::Conn;
+use super::transport::Transport;
 
 /// Largest leftover body drained to keep a connection alive after a handler that did not read
 /// it; past this, closing is cheaper than reading.
@@ -263,8 +263,8 @@ pub struct Upgraded<'a> {
     /// Bytes the client sent past the request: the new protocol's first bytes, which may have
     /// arrived with the head. They go out before anything read from `reader`.
     pub buffered: &'a mut BytesMut,
-    pub reader: &'a mut OwnedReadHalf<TcpStream>,
-    pub writer: &'a mut OwnedWriteHalf<TcpStream>,
+    pub reader: &'a mut OwnedReadHalf<Transport>,
+    pub writer: &'a mut OwnedWriteHalf<Transport>,
     /// How long a write to the client may move no byte (`http.write_timeout_ms`).
     pub write_timeout: Duration,
 }

@@ -21,6 +21,8 @@ use super::request::{Request, read_into};
 use super::response::{Persistence, Response};
 use crate::error::Error;
 use crate::shutdown::Shutdown;
+use crate::tls::ServerTls;
+use crate::transport::Transport;
 
 /// Bounds on what one client connection may cost.
 #[derive(Clone, Debug)]
@@ -46,8 +48,8 @@ pub trait Handler {
 }
 
 pub struct Conn {
-    pub(super) reader: FramedRead<OwnedReadHalf<TcpStream>, HeadDecoder>,
-    pub(super) writer: OwnedWriteHalf<TcpStream>,
+    pub(super) reader: FramedRead<OwnedReadHalf<Transport>, HeadDecoder>,
+    pub(super) writer: OwnedWriteHalf<Transport>,
     /// Responses not yet written: flushed when the client has no further request pipelined,
     /// or once they pass [`OUTPUT_HIGH_WATER`].
     pub(super) out: BytesMut,
@@ -55,13 +57,15 @@ pub struct Conn {
 }
 
 /// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
-/// down (in-flight requests finish first; idle connections close at once).
+/// down (in-flight requests finish first; idle connections close at once). With `tls`, the
+/// connection is a TLS handshake first, bounded like a request head.
 pub async fn serve_connection<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
     handler: &H,
     limits: &Limits,
     shutdown: &Shutdown,
+    tls: Option<&ServerTls>,
 ) {
     // Until its first byte a connection costs its socket and this future, a few hundred bytes:
     // its buffers and the state of a request (about 26 KiB, most of it the handler's future)
@@ -74,20 +78,41 @@ pub async fn serve_connection<H: Handler>(
         }
         _ = shutdown.fired() => false,
     };
-    if readable {
-        Box::pin(serve(stream, peer, handler, limits, shutdown)).await;
+    if !readable {
+        return;
     }
+    // Answers are small and written whole; Nagle would only add latency.
+    let _ = stream.set_nodelay(true);
+    let transport = match tls {
+        None => Transport::Plain(stream),
+        Some(tls) => {
+            let handshake = monoio::select! {
+                r = monoio::time::timeout(limits.header_timeout, tls.accept(stream)) => r,
+                _ = shutdown.fired() => return,
+            };
+            match handshake {
+                Ok(Ok(transport)) => transport,
+                Ok(Err(e)) => {
+                    debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
+    Box::pin(serve(transport, peer, handler, limits, shutdown)).await;
 }
 
 async fn serve<H: Handler>(
-    stream: TcpStream,
+    stream: Transport,
     peer: SocketAddr,
     handler: &H,
     limits: &Limits,
     shutdown: &Shutdown,
 ) {
-    // Answers are small and written whole; Nagle would only add latency.
-    let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let mut conn = Conn {
         reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),

@@ -170,7 +170,7 @@ async fn serve<A: App>(listener: std::net::TcpListener, surface: Surface<A>, sha
                 );
                 active.set(active.get() + 1);
                 monoio::spawn(async move {
-                    serve_connection(stream, peer, &*surface, &limits, &shutdown).await;
+                    serve_connection(stream, peer, &*surface, &limits, &shutdown, None).await;
                     active.set(active.get() - 1);
                 });
             }

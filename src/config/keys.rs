@@ -80,6 +80,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(log_format: LogFormat = text_with(str::parse)),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
+    key!(forwards.ca_file: Option<PathBuf> = optional(text_with(path))),
     key!(secret passport.hs256_secret: Option<String> = optional(text_with(hs256_secret))),
     key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),
@@ -91,6 +92,8 @@ pub(super) const KEYS: &[Key] = &[
     key!(http.max_header_bytes: usize = whole(1024, 64 * 1024)),
     key!(http.shutdown_grace_ms: u64 = whole(0, MAX_MS)),
     key!(http.write_timeout_ms: u64 = whole(1, MAX_MS)),
+    key!(tls.cert_file: Option<PathBuf> = optional(text_with(path))),
+    key!(tls.key_file: Option<PathBuf> = optional(text_with(path))),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

@@ -102,6 +102,16 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
     pub http: HttpLimits,
+    /// The listener's certificate pair: set, the listener speaks HTTPS only.
+    pub tls: ListenerTls,
+}
+
+/// The listener's certificate chain and private key (PEM), both or neither. `SIGHUP` reads
+/// both again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListenerTls {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 /// How log lines are written.
@@ -154,6 +164,8 @@ pub struct Forwards {
     pub timeout_ms: u64,
     /// In-flight forwards per worker, > 0: 503 past it. Default 1024.
     pub max_inflight: u32,
+    /// CA certificates (PEM) trusted for `https` workers besides the system roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Keys that verify Passport credentials (contract §2).
@@ -238,6 +250,7 @@ impl Default for Config {
             forwards: Forwards {
                 timeout_ms: 30_000,
                 max_inflight: 1024,
+                ca_file: None,
             },
             metrics: true,
             fleet_epoch: 0,
@@ -253,6 +266,7 @@ impl Default for Config {
                 shutdown_grace_ms: 10_000,
                 write_timeout_ms: 60_000,
             },
+            tls: ListenerTls::default(),
         }
     }
 }
@@ -336,14 +350,41 @@ impl Config {
         Ok(())
     }
 
-    /// The PEM contents are parsed where the keys are used; here only that they can be read.
+    /// The PEM contents are parsed where the keys are used; here only that they can be read,
+    /// and that the listener's certificate comes with its key.
     fn check_key_files(&self) -> Result<(), ConfigError> {
-        for path in &self.passport.ed25519_public_keys {
+        let tls = &self.tls;
+        match (&tls.cert_file, &tls.key_file) {
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    "tls.key_file",
+                    "required with tls.cert_file",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    "tls.cert_file",
+                    "required with tls.key_file",
+                ));
+            }
+            _ => {}
+        }
+        let files = self
+            .passport
+            .ed25519_public_keys
+            .iter()
+            .map(|path| ("passport.ed25519_public_keys", path))
+            .chain(tls.cert_file.iter().map(|path| ("tls.cert_file", path)))
+            .chain(tls.key_file.iter().map(|path| ("tls.key_file", path)))
+            .chain(
+                self.forwards
+                    .ca_file
+                    .iter()
+                    .map(|path| ("forwards.ca_file", path)),
+            );
+        for (key, path) in files {
             readable_file(path).map_err(|why| {
-                ConfigError::new(
-                    "passport.ed25519_public_keys",
-                    format!("cannot read {}: {why}", path.display()),
-                )
+                ConfigError::new(key, format!("cannot read {}: {why}", path.display()))
             })?;
         }
         Ok(())
@@ -524,6 +565,7 @@ write_timeout_ms = 3000
             forwards: Forwards {
                 timeout_ms: 5_000,
                 max_inflight: 10,
+                ca_file: None,
             },
             metrics: false,
             fleet_epoch: 7,
@@ -549,6 +591,7 @@ write_timeout_ms = 3000
                 shutdown_grace_ms: 0,
                 write_timeout_ms: 3_000,
             },
+            tls: ListenerTls::default(),
         }
     }
 
@@ -612,6 +655,7 @@ write_timeout_ms = 3000
         std::fs::write(&a, "pem").unwrap();
         std::fs::write(&b, "pem").unwrap();
         let keys = format!("{}, {}", a.display(), b.display());
+        let pem = a.display().to_string();
         let vars = [
             ("PINBOARD_LISTEN", "0.0.0.0:9000"),
             ("PINBOARD_THREADS", "4"),
@@ -647,11 +691,19 @@ write_timeout_ms = 3000
             ("PINBOARD_HTTP__MAX_HEADER_BYTES", "4096"),
             ("PINBOARD_HTTP__SHUTDOWN_GRACE_MS", "0"),
             ("PINBOARD_HTTP__WRITE_TIMEOUT_MS", "3000"),
+            ("PINBOARD_FORWARDS__CA_FILE", &pem),
+            ("PINBOARD_TLS__CERT_FILE", &pem),
+            ("PINBOARD_TLS__KEY_FILE", &pem),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
         let mut expected = full();
         expected.namespaces.clear();
+        expected.forwards.ca_file = Some(a.clone());
+        expected.tls = ListenerTls {
+            cert_file: Some(a.clone()),
+            key_file: Some(a.clone()),
+        };
         expected.passport.ed25519_public_keys = vec![a, b];
         assert_eq!(config, expected);
     }

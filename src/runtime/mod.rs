@@ -32,7 +32,8 @@ pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
     let addr = listeners[0]
         .local_addr()
         .map_err(|e| Error::because(Origin::Internal, "reading the bound address", e))?;
-    info!(%addr, threads, driver = %shared.config.driver, "pinboard listening");
+    let https = shared.tls.listener.is_some();
+    info!(%addr, threads, driver = %shared.config.driver, https, "pinboard listening");
     watch_signals(shared.clone())?;
 
     let cores: Vec<_> = listeners
@@ -81,9 +82,10 @@ fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, 
         .collect()
 }
 
-/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP,
-/// which nginx and HAProxy operators send to reload, is logged and ignored: there is nothing
-/// to reload yet (it must not kill the node, as its default action would).
+/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
+/// nginx and HAProxy operators send to reload, reads the listener's certificate pair again
+/// (later handshakes present it; open connections keep theirs); without TLS it is logged and
+/// ignored (it must not kill the node, as its default action would).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
@@ -93,7 +95,7 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
         .spawn(move || {
             for signal in signals.forever() {
                 if signal == SIGHUP {
-                    info!("SIGHUP: nothing to reload; ignored");
+                    reload_tls(&shared);
                     continue;
                 }
                 if shared.stopping.swap(true, Ordering::SeqCst) {
@@ -105,6 +107,20 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
         })
         .map_err(|e| Error::because(Origin::Internal, "starting the signal thread", e))?;
     Ok(())
+}
+
+fn reload_tls(shared: &Shared) {
+    let Some(tls) = &shared.tls.listener else {
+        info!("SIGHUP: no tls.cert_file, nothing to reload; ignored");
+        return;
+    };
+    match tls.reload() {
+        Ok(()) => info!("SIGHUP: reloaded tls.cert_file and tls.key_file"),
+        Err(e) => warn!(
+            reason = %e,
+            "SIGHUP: the certificate pair did not load; the one in use stays"
+        ),
+    }
 }
 
 fn run_core(
@@ -205,7 +221,8 @@ async fn core_main(
                 let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
                 core.counters().connection_opened();
                 monoio::spawn(async move {
-                    serve_connection(stream, peer, &*core, &limits, &shutdown).await;
+                    let tls = core.shared.tls.listener.as_ref();
+                    serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
                     core.counters().connection_closed();
                 });
             }
