@@ -81,9 +81,22 @@ pub async fn serve_connection<H: Handler>(
     if !readable {
         return;
     }
+    Box::pin(serve(stream, peer, handler, limits, shutdown, tls)).await;
+}
+
+async fn serve<H: Handler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: &H,
+    limits: &Limits,
+    shutdown: &Shutdown,
+    tls: Option<&ServerTls>,
+) {
     // Answers are small and written whole; Nagle would only add latency.
     let _ = stream.set_nodelay(true);
-    let transport = match tls {
+    // The handshake's state (rustls' connection, a few KiB) is part of this boxed future, not
+    // of the one every accepted connection holds while it waits for its first byte.
+    let stream = match tls {
         None => Transport::Plain(stream),
         Some(tls) => {
             let handshake = monoio::select! {
@@ -103,16 +116,6 @@ pub async fn serve_connection<H: Handler>(
             }
         }
     };
-    Box::pin(serve(transport, peer, handler, limits, shutdown)).await;
-}
-
-async fn serve<H: Handler>(
-    stream: Transport,
-    peer: SocketAddr,
-    handler: &H,
-    limits: &Limits,
-    shutdown: &Shutdown,
-) {
     let (reader, writer) = stream.into_split();
     let mut conn = Conn {
         reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),

@@ -31,19 +31,34 @@ impl Reply {
     }
 }
 
+/// What a client reads and writes through: the socket itself, or TLS over it.
+pub trait Io: Read + Write {}
+
+impl<T: Read + Write> Io for T {}
+
 pub struct Client {
+    /// The socket: its timeouts, half-close and clones.
     stream: TcpStream,
+    /// Where the bytes go: a second handle of `stream`, or a TLS session over it.
+    io: Box<dyn Io>,
     buf: Vec<u8>,
 }
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).expect("connect to node");
+        let io = Box::new(stream.try_clone().expect("clone the client socket"));
+        Client::over(stream, io)
+    }
+
+    /// A client whose bytes go through `io`, a session over `stream` (TLS, say).
+    pub fn over(stream: TcpStream, io: Box<dyn Io>) -> Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         Client {
             stream,
+            io,
             buf: Vec::new(),
         }
     }
@@ -54,7 +69,8 @@ impl Client {
     }
 
     pub fn send(&mut self, raw: &[u8]) {
-        self.stream.write_all(raw).expect("write request");
+        self.io.write_all(raw).expect("write request");
+        self.io.flush().expect("write request");
     }
 
     /// Reads one response. `head_request`: the request was HEAD, so no body follows.
@@ -116,7 +132,7 @@ impl Client {
 
     /// True once the server has closed the connection (reads EOF with nothing pending).
     pub fn is_closed(&mut self) -> bool {
-        self.buf.is_empty() && matches!(self.stream.read(&mut [0u8; 1]), Ok(0) | Err(_))
+        self.buf.is_empty() && matches!(self.io.read(&mut [0u8; 1]), Ok(0) | Err(_))
     }
 
     /// Reads exactly `n` raw bytes (after a `101`, say): what is buffered first, then the
@@ -138,7 +154,7 @@ impl Client {
         self.stream.set_read_timeout(Some(limit)).unwrap();
         let mut chunk = [0u8; 16384];
         let result = loop {
-            match self.stream.read(&mut chunk) {
+            match self.io.read(&mut chunk) {
                 Ok(0) => break Some(std::mem::take(&mut self.buf)),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e)
@@ -170,7 +186,7 @@ impl Client {
     /// `runtime::uring_available`) is then told apart from a clean close.
     fn fill(&mut self) -> usize {
         let mut chunk = [0u8; 16384];
-        match self.stream.read(&mut chunk) {
+        match self.io.read(&mut chunk) {
             Ok(n) => {
                 self.buf.extend_from_slice(&chunk[..n]);
                 n

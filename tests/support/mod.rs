@@ -7,6 +7,7 @@ pub mod fleet;
 pub mod http;
 pub mod node;
 pub mod redis;
+pub mod tls;
 pub mod worker;
 
 /// The key names the node under test uses (default prefix): tests read Redis through the same
