@@ -357,3 +357,80 @@ fn a_pair_that_does_not_load_at_start_exits_2_naming_its_key() {
     assert!(shown.contains(&format!("key_file = {key:?}")), "{shown}");
     assert!(!shown.contains("PRIVATE KEY"), "{shown}");
 }
+
+/// The three key encodings operators have: PKCS#8, and the traditional RSA and EC (SEC1) ones,
+/// each made by `openssl` as an operator would, with a self-signed certificate.
+#[test]
+fn pkcs8_rsa_and_ec_keys_all_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("run openssl (scripts/ensure-deps installs it)");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    let keys = [
+        (
+            "pkcs8.key",
+            vec!["genpkey", "-algorithm", "ed25519", "-out", "pkcs8.key"],
+            "PRIVATE KEY",
+        ),
+        (
+            "rsa.key",
+            vec!["genrsa", "-traditional", "-out", "rsa.key", "2048"],
+            "RSA PRIVATE KEY",
+        ),
+        (
+            "ec.key",
+            vec![
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                "ec.key",
+            ],
+            "EC PRIVATE KEY",
+        ),
+    ];
+    for (key, make, label) in keys {
+        openssl(&make);
+        let pem = std::fs::read_to_string(dir.path().join(key)).unwrap();
+        assert!(
+            pem.starts_with(&format!("-----BEGIN {label}-----")),
+            "{pem}"
+        );
+        let cert = format!("{key}.crt");
+        openssl(&[
+            "req",
+            "-x509",
+            "-key",
+            key,
+            "-subj",
+            "/CN=localhost",
+            "-days",
+            "1",
+            "-out",
+            &cert,
+        ]);
+        let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+            .arg("check-config")
+            .env_clear()
+            .env(
+                "PINBOARD_PASSPORT__HS256_SECRET",
+                "s3cret-0123456789abcdef0123456789",
+            )
+            .env("PINBOARD_TLS__CERT_FILE", dir.path().join(&cert))
+            .env("PINBOARD_TLS__KEY_FILE", dir.path().join(key))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{label}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
