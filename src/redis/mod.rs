@@ -2,12 +2,14 @@
 //! Cluster routing. What is stored where is the store's (`crate::store`).
 //!
 //! Every core owns one `Redis` handle (one pipelined connection per server, or per master in
-//! cluster mode). This file owns the types every caller sees: the error taxonomy and the decoded
-//! reply.
+//! cluster mode). Every connection it opens logs in the same way first (`login`: `AUTH`,
+//! `SELECT`, `PING`), with the credentials of `redis_url` (`target`). This file owns the types
+//! every caller sees: the error taxonomy and the decoded reply.
 
 mod client;
 mod cluster;
 mod connection;
+mod login;
 mod node;
 mod notify;
 mod script;
@@ -21,8 +23,9 @@ use crate::error::{Error, Origin};
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
+pub use login::LoginError;
 pub use script::Script;
-pub use target::{Endpoint, RedisTarget};
+pub use target::{Credentials, Endpoint, RedisTarget};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RedisError {
@@ -38,6 +41,10 @@ pub enum RedisError {
     #[error("redis replied with an error: {0}")]
     Reply(String),
 }
+
+/// The error codes of a server refusing who we are: a wrong password, a password required, a
+/// user without the permission. On a connection's login they fail it.
+pub(crate) const AUTH_REFUSALS: [&str; 3] = ["WRONGPASS ", "NOAUTH ", "NOPERM "];
 
 impl RedisError {
     /// Whether the same request may succeed if sent again shortly: connection trouble, or a
