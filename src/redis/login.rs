@@ -1,7 +1,7 @@
 //! Logging a fresh connection in, the one sequence every connection the client opens goes
 //! through before any other command: the single server's on every core, every cluster master's
-//! (also those found later through CLUSTER SLOTS or a redirect, and on every reconnect), and the
-//! cluster's slot-map discovery.
+//! (also those found later through CLUSTER SLOTS or a redirect, and on every reconnect), the
+//! cluster's slot-map discovery, and the startup check.
 //!
 //! The sequence is `AUTH [user] password` (when the target has credentials), `SELECT db` (when
 //! db is not 0), then `PING`, which makes sure the server actually serves requests (a full
@@ -116,6 +116,39 @@ async fn step(
             reply: other.to_string(),
         }),
     }
+}
+
+/// The startup check: logs in once to the server (for a cluster, to the first seed that
+/// answers) on a short-lived event loop of the calling thread, before any core starts. Only a
+/// refusal of the credentials or the database is an error (see [`LoginError::is_refusal`]):
+/// a Redis that cannot be reached yet is waited for, as ever, with `/readyz` at 503.
+pub fn check_login(target: &RedisTarget, timeout: Duration) -> Result<(), LoginError> {
+    let seeds = match target {
+        RedisTarget::Single { endpoint, .. } => std::slice::from_ref(endpoint),
+        RedisTarget::Cluster { seeds, .. } => seeds.as_slice(),
+    };
+    let login = Login::of(target);
+    let mut runtime = match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        // Nothing learnt: the cores find out soon enough, each on its own event loop.
+        Err(error) => {
+            tracing::warn!(%error, "redis login not checked at start: no event loop for it");
+            return Ok(());
+        }
+    };
+    runtime.block_on(async {
+        for seed in seeds {
+            match login.open_within(seed, timeout).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_refusal() => return Err(e),
+                Err(e) => tracing::warn!(endpoint = %seed, error = %e, "redis not reachable at start; waiting for it"),
+            }
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::error::{Error, Origin};
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
-pub use login::LoginError;
+pub use login::{LoginError, check_login};
 pub use script::Script;
 pub use target::{Credentials, Endpoint, RedisTarget};
 
