@@ -10,6 +10,7 @@ use mimalloc::MiMalloc;
 use pinboard::config::{Config, LogFormat};
 use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, Passport, TokenRequest};
+use pinboard::redis::RedisOptions;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -126,6 +127,9 @@ fn main() -> ExitCode {
                 Ok(shared) => shared,
                 Err(message) => return config_error(&message),
             };
+            if let Err(message) = check_redis_login(&shared) {
+                return config_error(&message);
+            }
             match pinboard::runtime::serve(Arc::new(shared)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -236,6 +240,21 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
     .map_err(|e| format!("config error: passport: {e}"))?;
     let tls = NodeTls::load(&config)?;
     Ok(Shared::new(config, passport, tls))
+}
+
+/// Logs in to Redis once before any core starts: credentials or a database that Redis refuses
+/// are a configuration that cannot be used (exit 2, one line naming `redis_url`, the password
+/// masked). A Redis that cannot be reached yet is no such thing: the node starts and waits for
+/// it, `/readyz` 503 meanwhile.
+fn check_redis_login(shared: &Shared) -> Result<(), String> {
+    let target = &shared.config.redis_url;
+    let timeout = RedisOptions::default().connect_timeout;
+    pinboard::redis::check_login(target, timeout).map_err(|e| {
+        format!(
+            "config error: redis_url: {}: Redis refused the login: {e}",
+            target.masked()
+        )
+    })
 }
 
 fn config_error(message: &str) -> ExitCode {

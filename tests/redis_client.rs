@@ -191,29 +191,45 @@ fn evalsha_loads_the_script_when_the_server_lacks_it() {
 #[test]
 fn auth_and_select_on_every_connect() {
     each_driver(|| async {
-        let mut server = RedisServer::start_with(&["--requirepass", "s3cret"]);
-        let redis = connected(&format!("{}/3", server.url())).await;
-        assert_eq!(redis.cmd(&[b"SET", b"where", b"db3"]).await, Ok(ok()));
-        assert_eq!(server.cli(&["-n", "3", "GET", "where"]), "db3");
-        assert_eq!(server.cli(&["-n", "0", "EXISTS", "where"]), "0");
-
-        // And again after a reconnect.
-        server.stop();
-        wait_until("disconnect noticed", || !redis.is_connected()).await;
-        server.restart();
-        wait_until("reconnected", || redis.is_connected()).await;
-        assert_eq!(redis.cmd(&[b"SET", b"again", b"db3"]).await, Ok(ok()));
-        assert_eq!(server.cli(&["-n", "3", "GET", "again"]), "db3");
-
-        let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
-        let rejected = client(&url, RedisOptions::default());
-        monoio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!rejected.is_connected());
-        assert_eq!(
-            rejected.cmd(&[b"PING"]).await,
-            Err(RedisError::Disconnected)
-        );
+        let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+        let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
+        logs_in_and_selects_on_every_connect(server, &wrong).await;
     });
+}
+
+#[test]
+fn acl_user_and_select_on_every_connect() {
+    each_driver(|| async {
+        let server = RedisServer::start_acl("app", "p@ss:w/rd%");
+        assert!(server.url().contains("app:p%40ss%3Aw%2Frd%25@"));
+        let wrong = format!("redis://app:wrong@127.0.0.1:{}", server.port());
+        logs_in_and_selects_on_every_connect(server, &wrong).await;
+    });
+}
+
+/// A client on `server.url()` with database 3 logs in and selects it, again after a reconnect;
+/// one on `wrong` never connects.
+async fn logs_in_and_selects_on_every_connect(mut server: RedisServer, wrong: &str) {
+    let redis = connected(&format!("{}/3", server.url())).await;
+    assert_eq!(redis.cmd(&[b"SET", b"where", b"db3"]).await, Ok(ok()));
+    assert_eq!(server.cli(&["-n", "3", "GET", "where"]), "db3");
+    assert_eq!(server.cli(&["-n", "0", "EXISTS", "where"]), "0");
+
+    // And again after a reconnect.
+    server.stop();
+    wait_until("disconnect noticed", || !redis.is_connected()).await;
+    server.restart();
+    wait_until("reconnected", || redis.is_connected()).await;
+    assert_eq!(redis.cmd(&[b"SET", b"again", b"db3"]).await, Ok(ok()));
+    assert_eq!(server.cli(&["-n", "3", "GET", "again"]), "db3");
+
+    let rejected = client(wrong, RedisOptions::default());
+    monoio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!rejected.is_connected());
+    assert_eq!(
+        rejected.cmd(&[b"PING"]).await,
+        Err(RedisError::Disconnected)
+    );
 }
 
 #[test]
@@ -307,37 +323,46 @@ fn cluster_routes_each_key_to_its_master() {
 #[test]
 fn cluster_follows_ask_and_moved_while_a_slot_migrates() {
     let cluster = RedisCluster::start();
-    each_driver(|| async {
-        let redis = connected(&cluster.url()).await;
-        let (old, new) = ("{moving}:old", "{moving}:new");
-        redis.cmd(&[b"DEL", new.as_bytes()]).await.unwrap();
-        assert_eq!(redis.cmd(&[b"SET", old.as_bytes(), b"1"]).await, Ok(ok()));
+    each_driver(|| follows_ask_and_moved(&cluster));
+}
 
-        let slot = cluster.slot_of(old);
-        let from = cluster.owner_of(slot);
-        let to = (from + 1) % 3;
-        cluster.start_migration(slot, from, to);
-        // The key now lives on `to` while `from` still owns the slot: `from` answers ASK.
-        assert_eq!(redis.cmd(&[b"GET", old.as_bytes()]).await, Ok(bulk("1")));
-        assert_eq!(redis.cmd(&[b"SET", new.as_bytes(), b"2"]).await, Ok(ok()));
-        let keys_in_slot = |node: usize| {
-            cluster.nodes()[node].cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()])
-        };
-        assert_eq!(
-            (keys_in_slot(from), keys_in_slot(to)),
-            ("0".into(), "2".into())
-        );
+/// Every node wants a login: the redirected requests are sent on logged-in connections too.
+#[test]
+fn cluster_with_a_login_follows_ask_and_moved() {
+    let cluster = RedisCluster::start_acl("app", "p@ss:w/rd%");
+    each_driver(|| follows_ask_and_moved(&cluster));
+}
 
-        cluster.finish_migration(slot, to);
-        // The client still maps the slot to `from`, which now answers MOVED.
-        assert_eq!(redis.cmd(&[b"GET", new.as_bytes()]).await, Ok(bulk("2")));
-        assert_eq!(
-            redis.cmd(&[b"INCR", old.as_bytes()]).await,
-            Ok(Reply::Int(2))
-        );
-        assert_eq!(cluster.owner_of(slot), to);
-        assert!(redis.is_connected());
-    });
+/// One slot migrated while the client uses it: ASK while its keys move, MOVED once it has.
+async fn follows_ask_and_moved(cluster: &RedisCluster) {
+    let redis = connected(&cluster.url()).await;
+    let (old, new) = ("{moving}:old", "{moving}:new");
+    redis.cmd(&[b"DEL", new.as_bytes()]).await.unwrap();
+    assert_eq!(redis.cmd(&[b"SET", old.as_bytes(), b"1"]).await, Ok(ok()));
+
+    let slot = cluster.slot_of(old);
+    let from = cluster.owner_of(slot);
+    let to = (from + 1) % 3;
+    cluster.start_migration(slot, from, to);
+    // The key now lives on `to` while `from` still owns the slot: `from` answers ASK.
+    assert_eq!(redis.cmd(&[b"GET", old.as_bytes()]).await, Ok(bulk("1")));
+    assert_eq!(redis.cmd(&[b"SET", new.as_bytes(), b"2"]).await, Ok(ok()));
+    let keys_in_slot =
+        |node: usize| cluster.nodes()[node].cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    assert_eq!(
+        (keys_in_slot(from), keys_in_slot(to)),
+        ("0".into(), "2".into())
+    );
+
+    cluster.finish_migration(slot, to);
+    // The client still maps the slot to `from`, which now answers MOVED.
+    assert_eq!(redis.cmd(&[b"GET", new.as_bytes()]).await, Ok(bulk("2")));
+    assert_eq!(
+        redis.cmd(&[b"INCR", old.as_bytes()]).await,
+        Ok(Reply::Int(2))
+    );
+    assert_eq!(cluster.owner_of(slot), to);
+    assert!(redis.is_connected());
 }
 
 #[test]

@@ -3,11 +3,11 @@
 //! Input: the URL text. Beyond "no panic", it checks that every accepted URL names at least one
 //! endpoint, each with a host and a non-zero port, and that its masked form (what
 //! `check-config` prints, and `Config::render_masked` promises loads back) parses to the same
-//! target with the password read as `***`.
+//! target with the password read as `***` (the user, escaped as needed, read back as itself).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pinboard::redis::{Endpoint, RedisTarget};
+use pinboard::redis::{Credentials, Endpoint, RedisTarget};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(url) = std::str::from_utf8(data) else {
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
 
     let endpoints: &[Endpoint] = match &target {
         RedisTarget::Single { endpoint, .. } => std::slice::from_ref(endpoint),
-        RedisTarget::Cluster { seeds } => seeds,
+        RedisTarget::Cluster { seeds, .. } => seeds,
     };
     assert!(!endpoints.is_empty(), "{url:?} named no endpoint");
     for endpoint in endpoints {
@@ -28,17 +28,26 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let masked = target.masked();
+    let mask = |credentials: Option<Credentials>| {
+        credentials.map(|c| Credentials {
+            password: "***".to_owned(),
+            ..c
+        })
+    };
     let expected = match target {
         RedisTarget::Single {
             endpoint,
-            password,
+            credentials,
             db,
         } => RedisTarget::Single {
             endpoint,
-            password: password.map(|_| "***".to_owned()),
+            credentials: mask(credentials),
             db,
         },
-        cluster => cluster,
+        RedisTarget::Cluster { seeds, credentials } => RedisTarget::Cluster {
+            seeds,
+            credentials: mask(credentials),
+        },
     };
     assert_eq!(
         RedisTarget::parse(&masked),

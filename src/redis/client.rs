@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::cluster::Cluster;
 use super::connection::Decimal;
-use super::node::{Login, Node};
+use super::login::Login;
+use super::node::Node;
 use super::{RedisError, RedisTarget, Reply, Script};
 
 #[derive(Clone, Copy, Debug)]
@@ -40,23 +41,16 @@ enum Backend {
 
 impl Redis {
     /// Starts connecting in the background; must be called inside a running monoio runtime
-    /// with timers enabled. Until the first connection is up, requests fail with
-    /// `Disconnected`.
+    /// with timers enabled. Until the first connection is up (and logged in), requests fail
+    /// with `Disconnected`; so they do while the server refuses the login.
     pub fn connect(target: &RedisTarget, opts: RedisOptions) -> Redis {
+        let login = Login::of(target);
         let backend = match target {
-            RedisTarget::Single {
-                endpoint,
-                password,
-                db,
-            } => {
-                let login = Login {
-                    password: password.clone(),
-                    db: *db,
-                };
-                Backend::Single(Rc::new(Node::spawn(endpoint.clone(), login, opts)))
+            RedisTarget::Single { endpoint, .. } => {
+                Backend::Single(Rc::new(Node::spawn(endpoint.clone(), Rc::new(login), opts)))
             }
-            RedisTarget::Cluster { seeds } => {
-                Backend::Cluster(Cluster::connect(seeds.clone(), opts))
+            RedisTarget::Cluster { seeds, .. } => {
+                Backend::Cluster(Cluster::connect(seeds.clone(), login, opts))
             }
         };
         Redis {

@@ -4,6 +4,9 @@
 //!
 //! A background task keeps the map fresh: at start, whenever a request is redirected or finds
 //! its master disconnected, and while some slot has no connected master.
+//!
+//! Every connection, to a master or for CLUSTER SLOTS, logs in with the target's credentials
+//! first (`login`): a master found through a redirect or a later map is no exception.
 
 use std::cell::RefCell;
 use std::io;
@@ -15,8 +18,8 @@ use redis_protocol::redis_keyslot;
 use tracing::{debug, info, warn};
 
 use super::client::RedisOptions;
-use super::connection::Connection;
-use super::node::{Backoff, Login, Node};
+use super::login::Login;
+use super::node::{Backoff, Node};
 use super::notify::Notify;
 use super::target::parse_endpoint;
 use super::{Endpoint, RedisError, Reply};
@@ -46,9 +49,21 @@ pub(crate) struct Cluster {
 
 struct Shared {
     seeds: Vec<Endpoint>,
-    opts: RedisOptions,
+    nodes: NodeTemplate,
     map: RefCell<SlotMap>,
     refresh: Notify,
+}
+
+/// How every connection of the cluster is opened: one login, one set of options.
+struct NodeTemplate {
+    login: Rc<Login>,
+    opts: RedisOptions,
+}
+
+impl NodeTemplate {
+    fn spawn(&self, endpoint: &Endpoint) -> Rc<Node> {
+        Rc::new(Node::spawn(endpoint.clone(), self.login.clone(), self.opts))
+    }
 }
 
 struct SlotMap {
@@ -59,10 +74,13 @@ struct SlotMap {
 }
 
 impl Cluster {
-    pub(crate) fn connect(seeds: Vec<Endpoint>, opts: RedisOptions) -> Cluster {
+    pub(crate) fn connect(seeds: Vec<Endpoint>, login: Login, opts: RedisOptions) -> Cluster {
         let shared = Rc::new(Shared {
             seeds,
-            opts,
+            nodes: NodeTemplate {
+                login: Rc::new(login),
+                opts,
+            },
             map: RefCell::new(SlotMap {
                 nodes: Vec::new(),
                 slots: vec![UNSERVED; SLOTS],
@@ -120,14 +138,14 @@ impl Cluster {
                         self.shared
                             .map
                             .borrow_mut()
-                            .assign(moved, &target, &self.shared.opts);
+                            .assign(moved, &target, &self.shared.nodes);
                         self.shared.refresh.notify();
                     } else if let Some((_, target)) = redirect(&msg, "ASK ", node.endpoint()) {
                         asking = Some(
                             self.shared
                                 .map
                                 .borrow_mut()
-                                .node(&target, &self.shared.opts),
+                                .node(&target, &self.shared.nodes),
                         );
                     } else if msg.starts_with("TRYAGAIN") {
                         // A multi-key command while its slot is half migrated.
@@ -188,20 +206,20 @@ impl SlotMap {
     }
 
     /// The node for `endpoint`, started now if this map has none yet.
-    fn node(&mut self, endpoint: &Endpoint, opts: &RedisOptions) -> Rc<Node> {
-        let index = self.index_of(endpoint, opts);
+    fn node(&mut self, endpoint: &Endpoint, template: &NodeTemplate) -> Rc<Node> {
+        let index = self.index_of(endpoint, template);
         self.nodes[usize::from(index)].clone()
     }
 
-    fn assign(&mut self, slot: u16, endpoint: &Endpoint, opts: &RedisOptions) {
-        self.slots[usize::from(slot)] = self.index_of(endpoint, opts);
+    fn assign(&mut self, slot: u16, endpoint: &Endpoint, template: &NodeTemplate) {
+        self.slots[usize::from(slot)] = self.index_of(endpoint, template);
     }
 
-    fn index_of(&mut self, endpoint: &Endpoint, opts: &RedisOptions) -> u16 {
+    fn index_of(&mut self, endpoint: &Endpoint, template: &NodeTemplate) -> u16 {
         let index = match self.nodes.iter().position(|n| n.endpoint() == endpoint) {
             Some(index) => index,
             None => {
-                self.nodes.push(Rc::new(spawn_node(endpoint, opts)));
+                self.nodes.push(template.spawn(endpoint));
                 self.nodes.len() - 1
             }
         };
@@ -210,7 +228,7 @@ impl SlotMap {
 
     /// Replaces the map with `ranges`, keeping the nodes (and their connections) of masters
     /// that are still masters; the others are dropped, closing their connections.
-    fn replace(&mut self, ranges: &[(u16, u16, Endpoint)], opts: &RedisOptions) {
+    fn replace(&mut self, ranges: &[(u16, u16, Endpoint)], template: &NodeTemplate) {
         let old = std::mem::take(&mut self.nodes);
         self.slots.fill(UNSERVED);
         for (first, last, endpoint) in ranges {
@@ -219,7 +237,7 @@ impl SlotMap {
                 None => {
                     let node = match old.iter().find(|n| n.endpoint() == endpoint) {
                         Some(node) => node.clone(),
-                        None => Rc::new(spawn_node(endpoint, opts)),
+                        None => template.spawn(endpoint),
                     };
                     self.nodes.push(node);
                     self.nodes.len() - 1
@@ -228,15 +246,6 @@ impl SlotMap {
             self.slots[usize::from(*first)..=usize::from(*last)].fill(index as u16);
         }
     }
-}
-
-fn spawn_node(endpoint: &Endpoint, opts: &RedisOptions) -> Node {
-    // Cluster nodes have a single database and this target form carries no password.
-    let login = Login {
-        password: None,
-        db: 0,
-    };
-    Node::spawn(endpoint.clone(), login, *opts)
 }
 
 async fn maintain(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
@@ -296,14 +305,17 @@ async fn refresh(shared: &Shared) -> Result<(), String> {
     }
     let mut errors = Vec::new();
     for endpoint in &candidates {
-        let fetched = monoio::time::timeout(shared.opts.connect_timeout, fetch_slots(endpoint))
-            .await
-            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+        let fetched = monoio::time::timeout(
+            shared.nodes.opts.connect_timeout,
+            fetch_slots(endpoint, &shared.nodes.login),
+        )
+        .await
+        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
         match fetched {
             Ok(ranges) => {
                 let mut map = shared.map.borrow_mut();
                 let before = map.nodes.len();
-                map.replace(&ranges, &shared.opts);
+                map.replace(&ranges, &shared.nodes);
                 if map.nodes.len() != before {
                     info!(masters = map.nodes.len(), via = %endpoint, "redis cluster slot map loaded");
                 }
@@ -315,8 +327,8 @@ async fn refresh(shared: &Shared) -> Result<(), String> {
     Err(errors.join("; "))
 }
 
-async fn fetch_slots(endpoint: &Endpoint) -> io::Result<Vec<(u16, u16, Endpoint)>> {
-    let mut conn = Connection::open(endpoint).await?;
+async fn fetch_slots(endpoint: &Endpoint, login: &Login) -> io::Result<Vec<(u16, u16, Endpoint)>> {
+    let mut conn = login.open(endpoint).await.map_err(io::Error::other)?;
     let reply = conn
         .request(&[b"CLUSTER", b"SLOTS"])
         .await?

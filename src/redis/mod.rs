@@ -2,12 +2,14 @@
 //! Cluster routing. What is stored where is the store's (`crate::store`).
 //!
 //! Every core owns one `Redis` handle (one pipelined connection per server, or per master in
-//! cluster mode). This file owns the types every caller sees: the error taxonomy and the decoded
-//! reply.
+//! cluster mode). Every connection it opens logs in the same way first (`login`: `AUTH`,
+//! `SELECT`, `PING`), with the credentials of `redis_url` (`target`). This file owns the types
+//! every caller sees: the error taxonomy and the decoded reply.
 
 mod client;
 mod cluster;
 mod connection;
+mod login;
 mod node;
 mod notify;
 mod script;
@@ -21,8 +23,9 @@ use crate::error::{Error, Origin};
 pub use client::{Redis, RedisOptions};
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
+pub use login::{LoginError, check_login};
 pub use script::Script;
-pub use target::{Endpoint, RedisTarget};
+pub use target::{Credentials, Endpoint, RedisTarget};
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RedisError {
@@ -39,9 +42,17 @@ pub enum RedisError {
     Reply(String),
 }
 
+/// The error codes of a server refusing who we are: a wrong password, a password required, a
+/// user without the permission. On a connection's login they fail it; on a command (the ACL or
+/// the password changed under a live connection) they are Redis being unavailable to this
+/// node, not a bug in it.
+pub(crate) const AUTH_REFUSALS: [&str; 3] = ["WRONGPASS ", "NOAUTH ", "NOPERM "];
+
 impl RedisError {
-    /// Whether the same request may succeed if sent again shortly: connection trouble, or a
-    /// server-side condition Redis itself documents as transient.
+    /// Whether the same request may succeed if sent again shortly: connection trouble, a
+    /// server-side condition Redis itself documents as transient, or a refusal of our
+    /// credentials (an operator fixes those while the node keeps running: until then Redis is
+    /// unavailable, 503, not a server error).
     pub fn retryable(&self) -> bool {
         match self {
             RedisError::Disconnected | RedisError::Timeout => true,
@@ -57,6 +68,7 @@ impl RedisError {
                 "ASK ",
             ]
             .iter()
+            .chain(&AUTH_REFUSALS)
             .any(|code| msg.starts_with(code)),
         }
     }
@@ -140,13 +152,16 @@ mod tests {
     use super::RedisError;
 
     #[test]
-    fn a_slot_in_motion_is_transient() {
+    fn a_slot_in_motion_or_a_refused_login_is_transient() {
         for msg in [
             "MOVED 5649 127.0.0.1:7001",
             "ASK 5649 127.0.0.1:7001",
             "TRYAGAIN Multiple keys request during rehashing of slot",
             "CLUSTERDOWN The cluster is down",
             "LOADING Redis is loading the dataset in memory",
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOPERM User app has no permissions to run the 'evalsha' command",
         ] {
             assert!(RedisError::Reply(msg.into()).retryable(), "{msg}");
         }
@@ -154,6 +169,7 @@ mod tests {
             "NOSCRIPT No matching script",
             "ERR unknown command",
             "MOVEDX",
+            "NOAUTHX",
         ] {
             assert!(!RedisError::Reply(msg.into()).retryable(), "{msg}");
         }

@@ -1,8 +1,8 @@
 //! One pipelined, self-healing connection to one Redis server.
 //!
 //! Requests are encoded straight into a shared write buffer and answered in FIFO order by a
-//! background task that owns the socket; it reconnects with exponential backoff after any
-//! failure. While no connection is up, requests fail at once instead of queueing behind an
+//! background task that owns the socket; it logs every connection in first (`login`), and
+//! reconnects with exponential backoff after any failure, a refused login included. While no connection is up, requests fail at once instead of queueing behind an
 //! outage. A single server is one `Node`; a cluster is one `Node` per master.
 
 use std::cell::RefCell;
@@ -19,16 +19,11 @@ use monoio::io::AsyncWriteRentExt;
 use tracing::{debug, info, warn};
 
 use super::client::RedisOptions;
-use super::connection::{Connection, Decimal, ReadHalf, WriteHalf, encode_command};
+use super::connection::{Connection, ReadHalf, WriteHalf, encode_command};
+use super::login::Login;
 use super::notify::Notify;
 use super::slots::ReplySlots;
 use super::{Endpoint, RedisError, Reply};
-
-/// What to send on every (re)connect before the connection is used.
-pub(crate) struct Login {
-    pub(crate) password: Option<String>,
-    pub(crate) db: u32,
-}
 
 pub(crate) struct Node {
     shared: Rc<Shared>,
@@ -38,7 +33,8 @@ pub(crate) struct Node {
 
 struct Shared {
     endpoint: Endpoint,
-    login: Login,
+    /// Run on every (re)connect before the connection is used.
+    login: Rc<Login>,
     opts: RedisOptions,
     link: RefCell<Link>,
     wake_writer: Notify,
@@ -55,7 +51,7 @@ struct Link {
 
 impl Node {
     /// Starts connecting in the background on the current monoio runtime.
-    pub(crate) fn spawn(endpoint: Endpoint, login: Login, opts: RedisOptions) -> Node {
+    pub(crate) fn spawn(endpoint: Endpoint, login: Rc<Login>, opts: RedisOptions) -> Node {
         let shared = Rc::new(Shared {
             endpoint,
             login,
@@ -219,9 +215,9 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
     loop {
         let opened = monoio::select! {
             _ = &mut stop => return,
-            opened = monoio::time::timeout(shared.opts.connect_timeout, open_session(&shared)) => opened,
+            opened = shared.login.open_within(endpoint, shared.opts.connect_timeout) => opened,
         };
-        match opened.unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())) {
+        match opened {
             Ok(conn) => {
                 backoff.reset();
                 failing = false;
@@ -249,28 +245,6 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
             _ = monoio::time::sleep(delay) => {}
         }
     }
-}
-
-/// Connects and logs in. The closing PING makes sure the server actually serves requests
-/// (a full server answers `-ERR max clients` and hangs up) before the node reports connected.
-async fn open_session(shared: &Shared) -> io::Result<Connection> {
-    let mut conn = Connection::open(&shared.endpoint).await?;
-    if let Some(password) = &shared.login.password {
-        login_step(&mut conn, &[b"AUTH", password.as_bytes()]).await?;
-    }
-    if shared.login.db != 0 {
-        let db = Decimal::new(shared.login.db as usize);
-        login_step(&mut conn, &[b"SELECT", db.as_bytes()]).await?;
-    }
-    login_step(&mut conn, &[b"PING"]).await?;
-    Ok(conn)
-}
-
-async fn login_step(conn: &mut Connection, args: &[&[u8]]) -> io::Result<()> {
-    conn.request(args).await?.map(drop).map_err(|e| {
-        let command = String::from_utf8_lossy(args[0]);
-        io::Error::other(format!("{command} failed: {e}"))
-    })
 }
 
 /// Runs the connection until it fails; returns why.
@@ -357,10 +331,7 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let (endpoint, server) = scripted_server();
-            let login = Login {
-                password: None,
-                db: 0,
-            };
+            let login = Rc::new(Login::new(None, 0));
             let node = Node::spawn(endpoint, login, RedisOptions::default());
             while !node.is_connected() {
                 monoio::time::sleep(Duration::from_millis(5)).await;

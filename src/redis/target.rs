@@ -1,8 +1,22 @@
 //! Where Redis lives: the parsed form of the `redis_url` setting.
 //!
-//! `redis://[:password@]host:port[/db]` names one server; `redis-cluster://host:port[,host:port…]`
-//! names seed nodes of a Redis Cluster. Parsing is strict so that a typo stops startup with a
-//! message naming the key instead of surfacing later as a connection error on every core.
+//! - `redis://[[user]:password@]host:port[/db]` names one server;
+//! - `redis-cluster://[[user]:password@]host:port[,host:port…]` names seed nodes of a Redis
+//!   Cluster (every node, seeds and the masters found later, is logged in the same way).
+//!
+//! `user:password@` logs in with `AUTH user password` (a Redis 6+ ACL user); `:password@` with
+//! `AUTH password`, Redis's `default` user (`requirepass`). The credentials end at the last `@`
+//! and the user at the first `:`, and both may carry `%XX` escapes (RFC 3986 percent-encoding):
+//! a user with `:` or `@` in it, or a password with `%` in it, must be written escaped
+//! (`%3A`, `%40`, `%25`). A `%` not followed by two hex digits is refused.
+//!
+//! Parsing is strict so that a typo stops startup with a message naming the key instead of
+//! surfacing later as a connection error on every core; no message ever quotes the
+//! credentials. [`RedisTarget::masked`] is the form for logs and `check-config`: the password
+//! as `***`, the user shown.
+//!
+//! The credentials sit on both forms alike, so that a transport option (TLS) can be added to
+//! both the same way.
 
 use std::fmt;
 
@@ -23,41 +37,63 @@ impl fmt::Display for Endpoint {
     }
 }
 
+/// Who a connection logs in as, percent-decoded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// `None`: the password-only form, `AUTH password` (the `default` user).
+    pub user: Option<String>,
+    /// Never empty.
+    pub password: String,
+}
+
+/// Shows the user, never the password: a target printed with `{:?}` (a test failure, a debug
+/// log) must not leak it.
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RedisTarget {
     Single {
         endpoint: Endpoint,
-        password: Option<String>,
+        credentials: Option<Credentials>,
         db: u32,
     },
     Cluster {
         seeds: Vec<Endpoint>,
+        credentials: Option<Credentials>,
     },
 }
 
+const FORMS: &str = "expected redis://[[user]:password@]host:port[/db] or \
+                     redis-cluster://[[user]:password@]host:port[,host:port…]";
+
 impl RedisTarget {
     pub fn parse(url: &str) -> Result<RedisTarget, String> {
-        if let Some(rest) = url.strip_prefix("redis-cluster://") {
+        let (cluster, rest) = if let Some(rest) = url.strip_prefix("redis-cluster://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("redis://") {
+            (false, rest)
+        } else {
+            return Err(FORMS.into());
+        };
+        // Everything up to the last `@` is the credentials: the endpoints cannot hold one.
+        let (credentials, rest) = match rest.rsplit_once('@') {
+            Some((auth, rest)) => (Some(Credentials::parse(auth)?), rest),
+            None => (None, rest),
+        };
+        if cluster {
             let seeds = rest
                 .split(',')
                 .map(parse_endpoint)
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(RedisTarget::Cluster { seeds });
+            return Ok(RedisTarget::Cluster { seeds, credentials });
         }
-        let rest = url.strip_prefix("redis://").ok_or(
-            "expected redis://[:password@]host:port[/db] or redis-cluster://host:port[,host:port…]",
-        )?;
-        let (auth, rest) = match rest.rsplit_once('@') {
-            Some((auth, rest)) => (Some(auth), rest),
-            None => (None, rest),
-        };
-        let password = match auth {
-            None => None,
-            Some(a) => match a.strip_prefix(':') {
-                Some(p) if !p.is_empty() => Some(p.to_string()),
-                _ => return Err("credentials must be written :password@".into()),
-            },
-        };
         let (hostport, db) = match rest.split_once('/') {
             None => (rest, 0),
             Some((hp, "")) => (hp, 0),
@@ -69,35 +105,106 @@ impl RedisTarget {
         };
         Ok(RedisTarget::Single {
             endpoint: parse_endpoint(hostport)?,
-            password,
+            credentials,
             db,
         })
     }
 
-    /// The URL with any password replaced by `***`, for logs and `check-config`.
-    pub fn masked(&self) -> String {
+    /// What every connection logs in with, if anything.
+    pub fn credentials(&self) -> Option<&Credentials> {
         match self {
-            RedisTarget::Single {
-                endpoint,
-                password,
-                db,
-            } => {
-                let auth = if password.is_some() { ":***@" } else { "" };
-                format!("redis://{auth}{endpoint}/{db}")
+            RedisTarget::Single { credentials, .. } | RedisTarget::Cluster { credentials, .. } => {
+                credentials.as_ref()
             }
-            RedisTarget::Cluster { seeds } => {
+        }
+    }
+
+    /// The URL with any password replaced by `***` (the user kept, escaped as needed), for logs
+    /// and `check-config`. It parses back to this target with `***` for the password.
+    pub fn masked(&self) -> String {
+        let auth = match self.credentials() {
+            None => String::new(),
+            Some(c) => format!("{}:***@", c.user.as_deref().map(escape).unwrap_or_default()),
+        };
+        match self {
+            RedisTarget::Single { endpoint, db, .. } => format!("redis://{auth}{endpoint}/{db}"),
+            RedisTarget::Cluster { seeds, .. } => {
                 let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
-                format!("redis-cluster://{}", seeds.join(","))
+                format!("redis-cluster://{auth}{}", seeds.join(","))
             }
         }
     }
 }
 
+impl Credentials {
+    /// `[user]:password`, as written before the `@`. The messages name the part at fault and
+    /// never quote it.
+    fn parse(auth: &str) -> Result<Credentials, String> {
+        let Some((user, password)) = auth.split_once(':') else {
+            return Err("credentials must be written user:password@ or :password@ \
+                        (a user alone cannot log in)"
+                .into());
+        };
+        let user = match user {
+            "" => None,
+            user => Some(unescape(user, "user")?),
+        };
+        let password = unescape(password, "password")?;
+        if password.is_empty() {
+            return Err(
+                "the password is empty (leave the credentials out for a server \
+                        without one)"
+                    .into(),
+            );
+        }
+        Ok(Credentials { user, password })
+    }
+}
+
+/// Decodes the `%XX` escapes of `text`, the credentials' `part` (named in a refusal).
+fn unescape(text: &str, part: &str) -> Result<String, String> {
+    if !text.contains('%') {
+        return Ok(text.to_owned());
+    }
+    let mut bytes = text.bytes();
+    let mut out = Vec::with_capacity(text.len());
+    while let Some(byte) = bytes.next() {
+        if byte != b'%' {
+            out.push(byte);
+            continue;
+        }
+        let digit = |b: Option<u8>| (b? as char).to_digit(16);
+        match (digit(bytes.next()), digit(bytes.next())) {
+            (Some(high), Some(low)) => out.push((high * 16 + low) as u8),
+            _ => {
+                return Err(format!(
+                    "the {part} has a % not followed by two hex digits (write % itself as %25)"
+                ));
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("the {part} is not UTF-8 once its %XX are decoded"))
+}
+
+/// Escapes what `unescape` would not read back as itself: every byte but RFC 3986's
+/// unreserved characters.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 pub(crate) fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
-    // Only `redis://` URLs carry credentials; an `@` here is a mistake, and echoing the text
-    // back could print a password.
+    // Credentials come before the last `@` of a URL, so an `@` here is a mistake (a redirect
+    // naming a strange address), and echoing the text back could print a password.
     if s.contains('@') {
-        return Err("cluster seeds take no credentials (host:port only)".into());
+        return Err("an endpoint is host:port only".into());
     }
     let (host, port) = if let Some(v6) = s.strip_prefix('[') {
         let (host, port) = v6
@@ -131,17 +238,28 @@ pub(crate) fn parse_endpoint(s: &str) -> Result<Endpoint, String> {
 mod tests {
     use super::*;
 
+    fn ep(host: &str, port: u16) -> Endpoint {
+        Endpoint {
+            host: host.into(),
+            port,
+        }
+    }
+
+    fn creds(user: Option<&str>, password: &str) -> Option<Credentials> {
+        Some(Credentials {
+            user: user.map(str::to_owned),
+            password: password.into(),
+        })
+    }
+
     #[test]
     fn single_with_password_and_db() {
         let t = RedisTarget::parse("redis://:s3cret@10.0.0.1:6380/2").unwrap();
         assert_eq!(
             t,
             RedisTarget::Single {
-                endpoint: Endpoint {
-                    host: "10.0.0.1".into(),
-                    port: 6380
-                },
-                password: Some("s3cret".into()),
+                endpoint: ep("10.0.0.1", 6380),
+                credentials: creds(None, "s3cret"),
                 db: 2
             }
         );
@@ -149,9 +267,91 @@ mod tests {
     }
 
     #[test]
+    fn single_with_user_and_password() {
+        let t = RedisTarget::parse("redis://app:s3cret@h:6379").unwrap();
+        assert_eq!(
+            t,
+            RedisTarget::Single {
+                endpoint: ep("h", 6379),
+                credentials: creds(Some("app"), "s3cret"),
+                db: 0
+            }
+        );
+        assert_eq!(t.masked(), "redis://app:***@h:6379/0");
+        assert!(!format!("{t:?}").contains("s3cret"), "{t:?}");
+    }
+
+    #[test]
     fn cluster_seeds() {
         let t = RedisTarget::parse("redis-cluster://a:7000,[::1]:7001").unwrap();
+        assert_eq!(t.credentials(), None);
         assert_eq!(t.masked(), "redis-cluster://a:7000,[::1]:7001");
+    }
+
+    #[test]
+    fn cluster_with_credentials() {
+        let t = RedisTarget::parse("redis-cluster://app:pw@a:7000,b:7001").unwrap();
+        assert_eq!(
+            t,
+            RedisTarget::Cluster {
+                seeds: vec![ep("a", 7000), ep("b", 7001)],
+                credentials: creds(Some("app"), "pw"),
+            }
+        );
+        assert_eq!(t.masked(), "redis-cluster://app:***@a:7000,b:7001");
+        let t = RedisTarget::parse("redis-cluster://:pw@a:7000").unwrap();
+        assert_eq!(t.credentials(), creds(None, "pw").as_ref());
+        assert_eq!(t.masked(), "redis-cluster://:***@a:7000");
+    }
+
+    #[test]
+    fn escapes_are_decoded() {
+        // `@`, `:`, `/` and `%` itself, escaped in the password and in the user.
+        let t = RedisTarget::parse("redis://us%3Aer%40x:p%40ss%3A%2F%25w%2f@h:1/3").unwrap();
+        assert_eq!(
+            t.credentials(),
+            creds(Some("us:er@x"), "p@ss:/%w/").as_ref()
+        );
+        // The user is escaped again where it has to be, and reads back as itself.
+        let masked = t.masked();
+        assert_eq!(masked, "redis://us%3Aer%40x:***@h:1/3");
+        assert_eq!(
+            RedisTarget::parse(&masked).unwrap().credentials(),
+            creds(Some("us:er@x"), "***").as_ref()
+        );
+        // A non-ASCII user, escaped as UTF-8.
+        let t = RedisTarget::parse("redis://%C3%A9t%C3%A9:pw@h:1").unwrap();
+        assert_eq!(t.credentials().unwrap().user.as_deref(), Some("été"));
+        assert_eq!(t.masked(), "redis://%C3%A9t%C3%A9:***@h:1/0");
+        // Raw, a `:` belongs to the password and an `@` too while one follows.
+        let t = RedisTarget::parse("redis://u:a:b@c@h:1").unwrap();
+        assert_eq!(t.credentials(), creds(Some("u"), "a:b@c").as_ref());
+    }
+
+    #[test]
+    fn masked_round_trips() {
+        for url in [
+            "redis://h:1/0",
+            "redis://:pw@h:1/0",
+            "redis://a%20b:pw@h:1/7",
+            "redis-cluster://u:p@a:1,[::1]:2",
+        ] {
+            let t = RedisTarget::parse(url).unwrap();
+            let mut back = RedisTarget::parse(&t.masked()).unwrap();
+            if let RedisTarget::Single {
+                credentials: Some(c),
+                ..
+            }
+            | RedisTarget::Cluster {
+                credentials: Some(c),
+                ..
+            } = &mut back
+            {
+                assert_eq!(c.password, "***");
+                c.password.clone_from(&t.credentials().unwrap().password);
+            }
+            assert_eq!(back, t, "{url}");
+        }
     }
 
     #[test]
@@ -161,14 +361,81 @@ mod tests {
             "redis://host",
             "redis://host:0",
             "redis://host:99999",
-            "redis://user@host:1",
             "redis://host:1/x",
             "redis-cluster://",
-            "redis-cluster://:pw@a:1",
             "redis://]::1",
             "redis://[a]b]:1",
+            // Credentials but no host.
+            "redis://:pw@",
+            "redis://u:pw@:1",
+            "redis-cluster://u:pw@",
+            "redis-cluster://u:pw@a:1,",
         ] {
             assert!(RedisTarget::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Every refusal of a malformed credential says what is wrong without quoting it.
+    #[test]
+    fn hostile_credentials_are_refused_without_echo() {
+        for (bad, says) in [
+            ("redis://user@host:1", "a user alone"),
+            ("redis://SECRET@host:1", "a user alone"),
+            ("redis://:@host:1", "password is empty"),
+            ("redis://u:@host:1", "password is empty"),
+            (
+                "redis://:SECRET%zz@host:1",
+                "the password has a % not followed",
+            ),
+            (
+                "redis://:SECRET%@host:1",
+                "the password has a % not followed",
+            ),
+            (
+                "redis://:SECRET%4@host:1",
+                "the password has a % not followed",
+            ),
+            (
+                "redis://:SECRET%+1@host:1",
+                "the password has a % not followed",
+            ),
+            (
+                "redis://SECRET%g0:pw@host:1",
+                "the user has a % not followed",
+            ),
+            ("redis://:SECRET%ff@host:1", "the password is not UTF-8"),
+            (
+                "redis-cluster://u:SECRET%@a:1",
+                "the password has a % not followed",
+            ),
+            ("redis-cluster://SECRET@a:1", "a user alone"),
+        ] {
+            let error = RedisTarget::parse(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+            assert!(!error.contains("SECRET"), "{bad} echoed: {error}");
+        }
+    }
+
+    #[test]
+    fn very_long_and_odd_input() {
+        // A long user and password parse (Redis sets no limit), quickly.
+        let long = "x".repeat(1 << 20);
+        let t = RedisTarget::parse(&format!("redis://{long}:{long}@h:1")).unwrap();
+        assert_eq!(t.credentials().unwrap().password.len(), 1 << 20);
+        // A long run of escapes, and one broken at the very end.
+        let escaped = "%41".repeat(100_000);
+        let t = RedisTarget::parse(&format!("redis://:{escaped}@h:1")).unwrap();
+        assert_eq!(t.credentials().unwrap().password, "A".repeat(100_000));
+        let error = RedisTarget::parse(&format!("redis://:{escaped}%4@h:1")).unwrap_err();
+        assert!(error.len() < 200, "{error}");
+        // Many `@`: the last one ends the credentials.
+        let at = "@".repeat(10_000);
+        let t = RedisTarget::parse(&format!("redis://:{at}@h:1")).unwrap();
+        assert_eq!(t.credentials().unwrap().password, at);
+        assert!(RedisTarget::parse("redis://@@@").is_err());
+        // A long host list is only seeds.
+        let seeds = vec!["a:1"; 10_000].join(",");
+        let t = RedisTarget::parse(&format!("redis-cluster://:p@{seeds}")).unwrap();
+        assert!(matches!(t, RedisTarget::Cluster { seeds, .. } if seeds.len() == 10_000));
     }
 }

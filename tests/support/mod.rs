@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod attest;
+pub mod cluster;
 pub mod fleet;
 pub mod http;
 pub mod node;

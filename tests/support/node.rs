@@ -88,7 +88,7 @@ impl Node {
 
     /// Until `/readyz` answers 200 several times in a row (each core has its own Redis
     /// connection, and connections land on cores at random).
-    fn wait_until_ready(&self) {
+    pub fn wait_until_ready(&self) {
         let ready = eventually(Duration::from_secs(20), || {
             (0..6).all(|_| crate::support::http::get(self.addr, "/readyz", None).status == 200)
         });

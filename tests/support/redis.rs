@@ -1,6 +1,10 @@
 //! Real Redis for integration tests: a throwaway `redis-server`, or a 3-master Redis Cluster, on
 //! free ports, each node in its own temp dir, killed on drop. `cli` runs redis-cli against a
 //! node so tests can check what landed in Redis independently of the code under test.
+//!
+//! `start_acl` (either kind) protects every node: the `default` user gets `ADMIN_PASSWORD`
+//! (what `cli` logs in with), and an ACL user of the test's choosing has every permission; the
+//! node under test is given that user's URL.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,13 +17,18 @@ use std::time::{Duration, Instant};
 const START_ATTEMPTS: usize = 5;
 const READY_WITHIN: Duration = Duration::from_secs(10);
 const CLUSTER_READY_WITHIN: Duration = Duration::from_secs(30);
+/// The `default` user's password on a server or cluster started with `start_acl`.
+pub const ADMIN_PASSWORD: &str = "admin-only-for-redis-cli";
 
 pub struct RedisServer {
     port: u16,
     /// Cluster bus port, for cluster nodes.
     bus_port: Option<u16>,
     extra: Vec<String>,
+    /// The `default` user's (`--requirepass`): what `cli` logs in with.
     password: Option<String>,
+    /// The ACL user and password `url` names instead, from `start_acl`.
+    acl_user: Option<(String, String)>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -35,6 +44,14 @@ impl RedisServer {
         RedisServer::launch(extra, false)
     }
 
+    /// Protected: the `default` user needs `ADMIN_PASSWORD`, and the ACL user `user` (every
+    /// key, channel and command) `password`; `url` names `user:password` (percent-encoded).
+    pub fn start_acl(user: &str, password: &str) -> RedisServer {
+        let mut server = RedisServer::start_with(&strs(&acl_arguments(user, password)));
+        server.acl_user = Some((user.to_owned(), password.to_owned()));
+        server
+    }
+
     fn launch(extra: &[&str], cluster: bool) -> RedisServer {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -46,6 +63,7 @@ impl RedisServer {
                     .windows(2)
                     .find(|w| w[0] == "--requirepass")
                     .map(|w| w[1].to_string()),
+                acl_user: None,
                 dir: tempfile::tempdir().expect("temp dir for redis-server"),
                 child: None,
             };
@@ -108,12 +126,26 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://[:password@]127.0.0.1:PORT`
+    /// `redis://[[user]:password@]127.0.0.1:PORT`: the ACL user's, else the `default` user's
+    /// password if it has one.
     pub fn url(&self) -> String {
-        match &self.password {
-            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
-            None => format!("redis://127.0.0.1:{}", self.port),
+        format!("redis://{}127.0.0.1:{}", self.credentials(), self.port)
+    }
+
+    /// `user:password@` (percent-encoded), `:password@` or nothing, as `url` writes them.
+    fn credentials(&self) -> String {
+        match (&self.acl_user, &self.password) {
+            (Some((user, password)), _) => format!("{}:{}@", escape(user), escape(password)),
+            (None, Some(password)) => format!(":{}@", escape(password)),
+            (None, None) => String::new(),
         }
+    }
+
+    /// Changes the `default` user's password (`CONFIG SET requirepass`), which `cli` then logs
+    /// in with. Connections already logged in stay so.
+    pub fn set_requirepass(&mut self, password: &str) {
+        assert_eq!(self.cli(&["CONFIG", "SET", "requirepass", password]), "OK");
+        self.password = Some(password.to_owned());
     }
 
     /// Kills the server (SIGKILL: connections die without a goodbye) and waits for it.
@@ -223,6 +255,40 @@ fn all_threads_stopped(pid: u32) -> bool {
     })
 }
 
+/// The redis-server arguments of `start_acl`: the `default` user's password, and `user` allowed
+/// everything with `password`.
+fn acl_arguments(user: &str, password: &str) -> Vec<String> {
+    let acl = [user, "on", &format!(">{password}"), "~*", "&*", "+@all"];
+    let mut args = vec![
+        "--requirepass",
+        ADMIN_PASSWORD,
+        "--masterauth",
+        ADMIN_PASSWORD,
+    ];
+    args.push("--user");
+    args.extend(acl.iter().map(|a| &**a));
+    args.into_iter().map(str::to_owned).collect()
+}
+
+/// `extra` as `&str`s, for `start_with`.
+fn strs(extra: &[String]) -> Vec<&str> {
+    extra.iter().map(String::as_str).collect()
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, as a URL's user and
+/// password may be written.
+pub fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// Up means answering PING, or refusing it for want of a password.
 fn answers_ping(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
@@ -271,6 +337,9 @@ impl RedisCluster {
     pub fn start_with(extra: &[&str]) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(extra, true)).collect();
         let mut create = Command::new("redis-cli");
+        if let Some(password) = &nodes[0].password {
+            create.args(["-a", password, "--no-auth-warning"]);
+        }
         create.arg("--cluster").arg("create");
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port));
@@ -291,6 +360,16 @@ impl RedisCluster {
         cluster
     }
 
+    /// Every node protected as by `RedisServer::start_acl` (`--masterauth` too), the same ACL
+    /// user on each; `url` names it.
+    pub fn start_acl(user: &str, password: &str) -> RedisCluster {
+        let mut cluster = RedisCluster::start_with(&strs(&acl_arguments(user, password)));
+        for node in &mut cluster.nodes {
+            node.acl_user = Some((user.to_owned(), password.to_owned()));
+        }
+        cluster
+    }
+
     /// Waits until every node reports `cluster_state:ok` (a restarted node answers CLUSTERDOWN
     /// for a while after it is back).
     pub fn wait_ok(&self) {
@@ -308,14 +387,18 @@ impl RedisCluster {
         }
     }
 
-    /// `redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
+    /// `redis-cluster://[[user]:password@]127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis-cluster://{}", seeds.join(","))
+        format!(
+            "redis-cluster://{}{}",
+            self.nodes[0].credentials(),
+            seeds.join(",")
+        )
     }
 
     pub fn nodes(&self) -> &[RedisServer] {
@@ -407,7 +490,12 @@ impl RedisCluster {
             return;
         }
         let port = self.nodes[to].port.to_string();
-        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        let mut migrate = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000"];
+        // The target wants a login too on a protected cluster.
+        if let Some(password) = &self.nodes[to].password {
+            migrate.extend_from_slice(&["AUTH", password]);
+        }
+        migrate.push("KEYS");
         migrate.extend_from_slice(keys);
         assert_eq!(self.nodes[from].cli(&migrate), "OK");
     }
