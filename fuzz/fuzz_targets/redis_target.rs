@@ -1,12 +1,14 @@
 //! `RedisTarget::parse`: the `redis_url` setting.
 //!
 //! Input: the URL text. Beyond "no panic", it checks that every accepted URL names at least one
-//! endpoint, each with a host and a non-zero port, and that its masked form (what
+//! endpoint, each with a host and a non-zero port (over TLS, a host a certificate can be
+//! verified against), that the TLS flag is the scheme's, and that its masked form (what
 //! `check-config` prints, and `Config::render_masked` promises loads back) parses to the same
 //! target with the password read as `***` (the user, escaped as needed, read back as itself).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use pinboard::http::tls::is_server_name;
 use pinboard::redis::{Credentials, Endpoint, RedisTarget};
 
 fuzz_target!(|data: &[u8]| {
@@ -25,7 +27,12 @@ fuzz_target!(|data: &[u8]| {
     for endpoint in endpoints {
         assert!(!endpoint.host.is_empty(), "{url:?} gave an empty host");
         assert_ne!(endpoint.port, 0, "{url:?} gave port 0");
+        assert!(
+            !target.tls() || is_server_name(&endpoint.host),
+            "{url:?} gave a TLS host no certificate can be verified against"
+        );
     }
+    assert_eq!(target.tls(), url.starts_with("rediss"), "{url:?}");
 
     let masked = target.masked();
     let mask = |credentials: Option<Credentials>| {
@@ -39,14 +46,21 @@ fuzz_target!(|data: &[u8]| {
             endpoint,
             credentials,
             db,
+            tls,
         } => RedisTarget::Single {
             endpoint,
             credentials: mask(credentials),
             db,
+            tls,
         },
-        RedisTarget::Cluster { seeds, credentials } => RedisTarget::Cluster {
+        RedisTarget::Cluster {
+            seeds,
+            credentials,
+            tls,
+        } => RedisTarget::Cluster {
             seeds,
             credentials: mask(credentials),
+            tls,
         },
     };
     assert_eq!(

@@ -198,11 +198,18 @@ impl ClientTls {
     }
 
     /// The client side of the handshake to `host` (a name is sent as SNI and verified against
-    /// the certificate; an IP literal is verified against its IP addresses).
+    /// the certificate; an IP literal is verified against its IP addresses). A `host` that is
+    /// neither (see [`is_server_name`]) fails as `InvalidInput`.
     pub async fn connect(&self, tcp: TcpStream, host: &str) -> io::Result<Transport> {
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a TLS server name"))?;
         let stream = self.connector.connect(name, tcp).await?;
         Ok(Transport::TlsClient(Box::new(stream)))
     }
+}
+
+/// Whether `host` is something a certificate can be verified against: a DNS name (at most 253
+/// bytes, labels of letters, digits, `-` and `_`) or an IP literal (IPv6 without brackets).
+pub fn is_server_name(host: &str) -> bool {
+    ServerName::try_from(host).is_ok()
 }

@@ -728,7 +728,13 @@ write_timeout_ms = 3000
                 "redis_url = \"http://x:1\"",
                 &[],
                 "redis_url",
-                "expected redis://",
+                "expected redis[s]://",
+            ),
+            (
+                "redis_url = \"rediss://under_score!:6380\"",
+                &[],
+                "redis_url",
+                "over TLS the host must be a DNS name or an IP address",
             ),
             (
                 "redis_url = \"redis://h\"",

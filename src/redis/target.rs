@@ -2,7 +2,10 @@
 //!
 //! - `redis://[[user]:password@]host:port[/db]` names one server;
 //! - `redis-cluster://[[user]:password@]host:port[,host:port…]` names seed nodes of a Redis
-//!   Cluster (every node, seeds and the masters found later, is logged in the same way).
+//!   Cluster (every node, seeds and the masters found later, is logged in the same way);
+//! - `rediss://…` and `rediss-cluster://…`, the same forms, speak TLS to every one of those
+//!   servers (the client verifies each against the host written here or found in the cluster,
+//!   see `login`).
 //!
 //! `user:password@` logs in with `AUTH user password` (a Redis 6+ ACL user); `:password@` with
 //! `AUTH password`, Redis's `default` user (`requirepass`). The credentials end at the last `@`
@@ -15,10 +18,11 @@
 //! credentials. [`RedisTarget::masked`] is the form for logs and `check-config`: the password
 //! as `***`, the user shown.
 //!
-//! The credentials sit on both forms alike, so that a transport option (TLS) can be added to
-//! both the same way.
+//! The credentials and the TLS flag sit on both forms alike.
 
 use std::fmt;
+
+use pinboard_http::tls::is_server_name;
 
 /// A `host:port` pair as written by the operator (host may be a name or an IP).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,23 +67,34 @@ pub enum RedisTarget {
         endpoint: Endpoint,
         credentials: Option<Credentials>,
         db: u32,
+        /// `rediss://`: the connection speaks TLS.
+        tls: bool,
     },
     Cluster {
         seeds: Vec<Endpoint>,
         credentials: Option<Credentials>,
+        /// `rediss-cluster://`: every node's connection speaks TLS.
+        tls: bool,
     },
 }
 
-const FORMS: &str = "expected redis://[[user]:password@]host:port[/db] or \
-                     redis-cluster://[[user]:password@]host:port[,host:port…]";
+const FORMS: &str = "expected redis[s]://[[user]:password@]host:port[/db] or \
+                     redis[s]-cluster://[[user]:password@]host:port[,host:port…]";
+
+/// The schemes: (prefix, cluster, tls).
+const SCHEMES: [(&str, bool, bool); 4] = [
+    ("redis://", false, false),
+    ("rediss://", false, true),
+    ("redis-cluster://", true, false),
+    ("rediss-cluster://", true, true),
+];
 
 impl RedisTarget {
     pub fn parse(url: &str) -> Result<RedisTarget, String> {
-        let (cluster, rest) = if let Some(rest) = url.strip_prefix("redis-cluster://") {
-            (true, rest)
-        } else if let Some(rest) = url.strip_prefix("redis://") {
-            (false, rest)
-        } else {
+        let Some((cluster, tls, rest)) = SCHEMES
+            .iter()
+            .find_map(|(scheme, cluster, tls)| Some((*cluster, *tls, url.strip_prefix(scheme)?)))
+        else {
             return Err(FORMS.into());
         };
         // Everything up to the last `@` is the credentials: the endpoints cannot hold one.
@@ -87,12 +102,26 @@ impl RedisTarget {
             Some((auth, rest)) => (Some(Credentials::parse(auth)?), rest),
             None => (None, rest),
         };
+        let endpoint = |text: &str| {
+            let endpoint = parse_endpoint(text)?;
+            if tls && !is_server_name(&endpoint.host) {
+                return Err(format!(
+                    "{text:?}: over TLS the host must be a DNS name or an IP address, \
+                     which the server's certificate is verified against"
+                ));
+            }
+            Ok(endpoint)
+        };
         if cluster {
             let seeds = rest
                 .split(',')
-                .map(parse_endpoint)
+                .map(endpoint)
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(RedisTarget::Cluster { seeds, credentials });
+            return Ok(RedisTarget::Cluster {
+                seeds,
+                credentials,
+                tls,
+            });
         }
         let (hostport, db) = match rest.split_once('/') {
             None => (rest, 0),
@@ -104,10 +133,18 @@ impl RedisTarget {
             ),
         };
         Ok(RedisTarget::Single {
-            endpoint: parse_endpoint(hostport)?,
+            endpoint: endpoint(hostport)?,
             credentials,
             db,
+            tls,
         })
+    }
+
+    /// Whether every connection speaks TLS (`rediss://`, `rediss-cluster://`).
+    pub fn tls(&self) -> bool {
+        match self {
+            RedisTarget::Single { tls, .. } | RedisTarget::Cluster { tls, .. } => *tls,
+        }
     }
 
     /// What every connection logs in with, if anything.
@@ -126,11 +163,14 @@ impl RedisTarget {
             None => String::new(),
             Some(c) => format!("{}:***@", c.user.as_deref().map(escape).unwrap_or_default()),
         };
+        let s = if self.tls() { "s" } else { "" };
         match self {
-            RedisTarget::Single { endpoint, db, .. } => format!("redis://{auth}{endpoint}/{db}"),
+            RedisTarget::Single { endpoint, db, .. } => {
+                format!("redis{s}://{auth}{endpoint}/{db}")
+            }
             RedisTarget::Cluster { seeds, .. } => {
                 let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
-                format!("redis-cluster://{auth}{}", seeds.join(","))
+                format!("redis{s}-cluster://{auth}{}", seeds.join(","))
             }
         }
     }
@@ -260,7 +300,8 @@ mod tests {
             RedisTarget::Single {
                 endpoint: ep("10.0.0.1", 6380),
                 credentials: creds(None, "s3cret"),
-                db: 2
+                db: 2,
+                tls: false,
             }
         );
         assert_eq!(t.masked(), "redis://:***@10.0.0.1:6380/2");
@@ -274,7 +315,8 @@ mod tests {
             RedisTarget::Single {
                 endpoint: ep("h", 6379),
                 credentials: creds(Some("app"), "s3cret"),
-                db: 0
+                db: 0,
+                tls: false,
             }
         );
         assert_eq!(t.masked(), "redis://app:***@h:6379/0");
@@ -296,6 +338,7 @@ mod tests {
             RedisTarget::Cluster {
                 seeds: vec![ep("a", 7000), ep("b", 7001)],
                 credentials: creds(Some("app"), "pw"),
+                tls: false,
             }
         );
         assert_eq!(t.masked(), "redis-cluster://app:***@a:7000,b:7001");
@@ -335,6 +378,9 @@ mod tests {
             "redis://:pw@h:1/0",
             "redis://a%20b:pw@h:1/7",
             "redis-cluster://u:p@a:1,[::1]:2",
+            "rediss://h:1/0",
+            "rediss://u%3A:pw@[::1]:1/2",
+            "rediss-cluster://:p@a:1,127.0.0.1:2",
         ] {
             let t = RedisTarget::parse(url).unwrap();
             let mut back = RedisTarget::parse(&t.masked()).unwrap();
@@ -373,6 +419,89 @@ mod tests {
         ] {
             assert!(RedisTarget::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn tls_forms() {
+        let t = RedisTarget::parse("rediss://app:s3cret@redis.internal:6380/1").unwrap();
+        assert_eq!(
+            t,
+            RedisTarget::Single {
+                endpoint: ep("redis.internal", 6380),
+                credentials: creds(Some("app"), "s3cret"),
+                db: 1,
+                tls: true,
+            }
+        );
+        assert!(t.tls());
+        assert_eq!(t.masked(), "rediss://app:***@redis.internal:6380/1");
+        let t = RedisTarget::parse("rediss-cluster://:pw@10.0.0.1:7000,[::1]:7001").unwrap();
+        assert_eq!(
+            t,
+            RedisTarget::Cluster {
+                seeds: vec![ep("10.0.0.1", 7000), ep("::1", 7001)],
+                credentials: creds(None, "pw"),
+                tls: true,
+            }
+        );
+        assert_eq!(t.masked(), "rediss-cluster://:***@10.0.0.1:7000,[::1]:7001");
+        let t = RedisTarget::parse("rediss://h:1").unwrap();
+        assert_eq!((t.tls(), t.credentials()), (true, None));
+        for plain in ["redis://h:1", "redis-cluster://h:1"] {
+            assert!(!RedisTarget::parse(plain).unwrap().tls(), "{plain}");
+        }
+    }
+
+    #[test]
+    fn hostile_tls_forms_are_refused() {
+        for bad in [
+            "rediss:/h:1",
+            "rediss//h:1",
+            "rediss:h:1",
+            "REDISS://h:1",
+            "Rediss://h:1",
+            "redisss://h:1",
+            "rediss+cluster://h:1",
+            "rediss-cluster:/h:1",
+            "redis-clusters://h:1",
+            "rediss-clusters://h:1",
+            "rediss://",
+            "rediss-cluster://",
+            "rediss://h",
+            "rediss://h:0",
+            "rediss://h:65536",
+            "rediss://:pw@",
+            "rediss://u:pw@:1",
+            "rediss-cluster://u:pw@a:1,,b:2",
+            " rediss://h:1",
+            "\0rediss://h:1",
+            // A host TLS could not verify a certificate against.
+            "rediss://h:1,h:2",
+            "rediss://bad_host!:1",
+            "rediss://h%41:1",
+            "rediss://exa mple:1",
+            "rediss://-h-:1",
+            "rediss-cluster://a:1,x y:2",
+            "rediss://999.1.1.1:1",
+            "rediss://[::1%eth0]:1",
+        ] {
+            assert!(RedisTarget::parse(bad).is_err(), "{bad:?}");
+        }
+        // Credentials are refused without echo on the TLS forms too.
+        for bad in [
+            "rediss://SECRET@h:1",
+            "rediss://:SECRET%zz@h:1",
+            "rediss-cluster://u:SECRET%@h:1",
+        ] {
+            let error = RedisTarget::parse(bad).unwrap_err();
+            assert!(!error.contains("SECRET"), "{bad} echoed: {error}");
+        }
+        // A very long name is no name (a DNS name is at most 253 bytes); long credentials are
+        // still fine.
+        let long = "a".repeat(1 << 16);
+        assert!(RedisTarget::parse(&format!("rediss://{long}:1")).is_err());
+        let t = RedisTarget::parse(&format!("rediss://{long}:{long}@h:1")).unwrap();
+        assert_eq!(t.credentials().unwrap().password.len(), 1 << 16);
     }
 
     /// Every refusal of a malformed credential says what is wrong without quoting it.
