@@ -61,6 +61,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(threads: usize = whole(0, 1024)),
     key!(driver: DriverKind = text_with(str::parse)),
     key!(redis_url: RedisTarget = text_with(RedisTarget::parse)),
+    key!(redis_ca_file: Option<PathBuf> = optional(text_with(path))),
     key!(prefix: String = text_with(prefix)),
     key!(shards: u32 = whole(1, 16384)),
     key!(hostname_aware: bool = flag),

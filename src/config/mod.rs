@@ -38,10 +38,12 @@ pub struct Config {
     pub threads: usize,
     /// I/O driver: `auto` (io_uring, epoll where the kernel refuses it), `io_uring`, `epoll`.
     pub driver: DriverKind,
-    /// Where Redis lives: `redis://[:password@]host:port[/db]`, or
-    /// `redis-cluster://host:port[,host:port…]` for Redis Cluster seeds.
-    /// Default `redis://127.0.0.1:6379`.
+    /// Where Redis lives: `redis://[[user]:password@]host:port[/db]`, or
+    /// `redis-cluster://[[user]:password@]host:port[,host:port…]` for Redis Cluster seeds;
+    /// `rediss://…` and `rediss-cluster://…` speak TLS. Default `redis://127.0.0.1:6379`.
     pub redis_url: RedisTarget,
+    /// CA certificates (PEM) trusted for a `rediss` Redis besides the system roots.
+    pub redis_ca_file: Option<PathBuf>,
     /// Prefix of every Redis key. Default `pinboard:`; non-empty, without whitespace, `{` or `}`
     /// (braces would break the `{bucket}` cluster hash tag in the key layout).
     pub prefix: String,
@@ -236,6 +238,7 @@ impl Default for Config {
             driver: DriverKind::Auto,
             redis_url: RedisTarget::parse("redis://127.0.0.1:6379")
                 .expect("the default Redis URL parses"),
+            redis_ca_file: None,
             prefix: "pinboard:".into(),
             shards: 16,
             hostname_aware: false,
@@ -381,6 +384,11 @@ impl Config {
                     .ca_file
                     .iter()
                     .map(|path| ("forwards.ca_file", path)),
+            )
+            .chain(
+                self.redis_ca_file
+                    .iter()
+                    .map(|path| ("redis_ca_file", path)),
             );
         for (key, path) in files {
             readable_file(path).map_err(|why| {
@@ -551,6 +559,7 @@ write_timeout_ms = 3000
             threads: 4,
             driver: DriverKind::Epoll,
             redis_url: RedisTarget::parse("redis://:pw@10.0.0.5:6380/3").unwrap(),
+            redis_ca_file: None,
             prefix: "pb:".into(),
             shards: 64,
             hostname_aware: true,
@@ -661,6 +670,7 @@ write_timeout_ms = 3000
             ("PINBOARD_THREADS", "4"),
             ("PINBOARD_DRIVER", "epoll"),
             ("PINBOARD_REDIS_URL", "redis://:pw@10.0.0.5:6380/3"),
+            ("PINBOARD_REDIS_CA_FILE", &pem),
             ("PINBOARD_PREFIX", "pb:"),
             ("PINBOARD_SHARDS", "64"),
             ("PINBOARD_HOSTNAME_AWARE", "true"),
@@ -700,6 +710,7 @@ write_timeout_ms = 3000
         let mut expected = full();
         expected.namespaces.clear();
         expected.forwards.ca_file = Some(a.clone());
+        expected.redis_ca_file = Some(a.clone());
         expected.tls = ListenerTls {
             cert_file: Some(a.clone()),
             key_file: Some(a.clone()),
@@ -1064,6 +1075,41 @@ write_timeout_ms = 3000
         )];
         let e = from_file(&file, &var).unwrap_err();
         assert!(e.message.contains("not a regular file"), "{e}");
+    }
+
+    #[test]
+    fn the_redis_ca_file_must_be_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("redis-ca.pem");
+        std::fs::write(&pem, "pem").unwrap();
+        let file = format!(
+            "redis_url = \"rediss://:pw@redis.internal:6380\"\nredis_ca_file = {:?}",
+            pem.display().to_string()
+        );
+        let config = from_file(&file, &[SECRET]).unwrap();
+        assert_eq!(config.redis_ca_file, Some(pem));
+        assert!(config.redis_url.tls());
+        assert_eq!(
+            config.redis_url.masked(),
+            "rediss://:***@redis.internal:6380/0"
+        );
+
+        let missing = dir.path().join("missing.pem");
+        let var = [
+            SECRET,
+            ("PINBOARD_REDIS_CA_FILE", missing.to_str().unwrap()),
+        ];
+        let e = from_file(&file, &var).unwrap_err();
+        assert_eq!(e.key, "redis_ca_file", "{e}");
+        assert!(e.message.contains("cannot read") && e.message.contains("missing.pem"));
+        let var = [
+            SECRET,
+            ("PINBOARD_REDIS_CA_FILE", dir.path().to_str().unwrap()),
+        ];
+        let e = from_file(&file, &var).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        let var = [SECRET, ("PINBOARD_REDIS_CA_FILE", "")];
+        assert_eq!(from_file(&file, &var).unwrap().redis_ca_file, None);
     }
 
     #[test]
