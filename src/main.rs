@@ -10,7 +10,7 @@ use mimalloc::MiMalloc;
 use pinboard::config::{Config, LogFormat};
 use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, Passport, TokenRequest};
-use pinboard::redis::RedisOptions;
+use pinboard::redis::LoginError;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -242,18 +242,21 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
     Ok(Shared::new(config, passport, tls))
 }
 
-/// Logs in to Redis once before any core starts: credentials or a database that Redis refuses
-/// are a configuration that cannot be used (exit 2, one line naming `redis_url`, the password
-/// masked). A Redis that cannot be reached yet is no such thing: the node starts and waits for
-/// it, `/readyz` 503 meanwhile.
+/// Connects and logs in to Redis once before any core starts: credentials or a database that
+/// Redis refuses, or TLS that cannot work (a certificate that does not verify, a server that
+/// does not speak TLS), are a configuration that cannot be used (exit 2, one line naming
+/// `redis_url`, the password masked). A Redis that cannot be reached yet is no such thing: the
+/// node starts and waits for it, `/readyz` 503 meanwhile.
 fn check_redis_login(shared: &Shared) -> Result<(), String> {
     let target = &shared.config.redis_url;
-    let timeout = RedisOptions::default().connect_timeout;
-    pinboard::redis::check_login(target, timeout).map_err(|e| {
-        format!(
-            "config error: redis_url: {}: Redis refused the login: {e}",
-            target.masked()
-        )
+    pinboard::redis::check_login(target, &shared.redis_options()).map_err(|e| {
+        let why = match e {
+            LoginError::Tls(_) | LoginError::NoTlsConfiguration => {
+                format!("{e} (trusted: the system roots and redis_ca_file)")
+            }
+            _ => format!("Redis refused the login: {e}"),
+        };
+        format!("config error: redis_url: {}: {why}", target.masked())
     })
 }
 

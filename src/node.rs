@@ -42,11 +42,14 @@ pub struct Shared {
     pub tls: NodeTls,
 }
 
-/// The node's TLS: its listener's certificate pair when it serves HTTPS, and the trust its
-/// connections to `https` workers are verified with.
+/// The node's TLS: its listener's certificate pair when it serves HTTPS, the trust its
+/// connections to `https` workers are verified with, and the trust its connections to a
+/// `rediss` Redis are (every core's client gets a clone of this one).
 pub struct NodeTls {
     pub listener: Option<ServerTls>,
     pub workers: ClientTls,
+    /// Set when `redis_url` is `rediss://` or `rediss-cluster://`.
+    pub redis: Option<ClientTls>,
 }
 
 impl NodeTls {
@@ -68,7 +71,22 @@ impl NodeTls {
         };
         let workers = ClientTls::new(config.forwards.ca_file.as_deref(), Alpn::Http1)
             .map_err(named("forwards.ca_file"))?;
-        Ok(NodeTls { listener, workers })
+        let redis = if config.redis_url.tls() {
+            Some(
+                ClientTls::new(config.redis_ca_file.as_deref(), Alpn::None)
+                    .map_err(named("redis_ca_file"))?,
+            )
+        } else {
+            if config.redis_ca_file.is_some() {
+                tracing::warn!("redis_ca_file is set but redis_url is not rediss://: it is unused");
+            }
+            None
+        };
+        Ok(NodeTls {
+            listener,
+            workers,
+            redis,
+        })
     }
 }
 
@@ -101,6 +119,15 @@ impl Shared {
         }
     }
 
+    /// How every Redis client of the node connects: each core's, and the startup check's.
+    pub fn redis_options(&self) -> RedisOptions {
+        RedisOptions {
+            request_timeout: Duration::from_millis(self.config.redis_timeout_ms),
+            tls: self.tls.redis.clone(),
+            ..RedisOptions::default()
+        }
+    }
+
     /// Client connections open on the whole node.
     pub fn connections(&self) -> u64 {
         self.counters.iter().map(|c| c.connections()).sum()
@@ -128,13 +155,7 @@ impl Core {
     /// Must run inside the core's event loop: the Redis connection is driven by it.
     pub fn new(shared: Arc<Shared>, index: usize) -> Core {
         let config = &shared.config;
-        let redis = Redis::connect(
-            &config.redis_url,
-            RedisOptions {
-                request_timeout: Duration::from_millis(config.redis_timeout_ms),
-                ..RedisOptions::default()
-            },
-        );
+        let redis = Redis::connect(&config.redis_url, shared.redis_options());
         let store = Store::new(
             redis,
             Keys::new(config.prefix.clone(), config.shards),

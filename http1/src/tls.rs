@@ -213,3 +213,12 @@ impl ClientTls {
 pub fn is_server_name(host: &str) -> bool {
     ServerName::try_from(host).is_ok()
 }
+
+/// Whether `error` is TLS itself failing (rustls' error: a certificate that does not verify, a
+/// peer that does not speak TLS, a fatal alert from it), as opposed to the connection under it
+/// failing (reset, closed, timed out).
+pub fn is_tls_error(error: &io::Error) -> bool {
+    error
+        .get_ref()
+        .is_some_and(|inner| inner.is::<rustls::Error>())
+}

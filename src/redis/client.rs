@@ -1,8 +1,11 @@
 //! `Redis`: the per-core handle every caller uses, the same API for a single server and for a
 //! Redis Cluster. It picks the key a command is routed by and runs scripts through EVALSHA.
 
+use std::fmt;
 use std::rc::Rc;
 use std::time::Duration;
+
+use pinboard_http::tls::ClientTls;
 
 use super::cluster::Cluster;
 use super::connection::Decimal;
@@ -10,12 +13,17 @@ use super::login::Login;
 use super::node::Node;
 use super::{RedisError, RedisTarget, Reply, Script};
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub struct RedisOptions {
-    /// Bound on TCP connect plus login, per attempt.
+    /// Bound on TCP connect, the TLS handshake and the login, per attempt.
     pub connect_timeout: Duration,
     /// Bound on one request, from sending to its reply.
     pub request_timeout: Duration,
+    /// What a `rediss` target's servers are verified with (the node builds one at start, from
+    /// the system roots plus `redis_ca_file`, and hands every core a clone: one configuration,
+    /// one session cache). Unused for a plain target; without it, a `rediss` target's every
+    /// connection fails with [`super::LoginError::NoTlsConfiguration`].
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for RedisOptions {
@@ -23,7 +31,18 @@ impl Default for RedisOptions {
         RedisOptions {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(2),
+            tls: None,
         }
+    }
+}
+
+impl fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls.is_some())
+            .finish()
     }
 }
 
@@ -41,10 +60,11 @@ enum Backend {
 
 impl Redis {
     /// Starts connecting in the background; must be called inside a running monoio runtime
-    /// with timers enabled. Until the first connection is up (and logged in), requests fail
-    /// with `Disconnected`; so they do while the server refuses the login.
+    /// with timers enabled. Until the first connection is up (through TLS for a `rediss`
+    /// target, and logged in), requests fail with `Disconnected`; so they do while the server
+    /// refuses the login or its certificate does not verify.
     pub fn connect(target: &RedisTarget, opts: RedisOptions) -> Redis {
-        let login = Login::of(target);
+        let login = Login::of(target, &opts);
         let backend = match target {
             RedisTarget::Single { endpoint, .. } => {
                 Backend::Single(Rc::new(Node::spawn(endpoint.clone(), Rc::new(login), opts)))

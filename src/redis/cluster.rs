@@ -5,8 +5,10 @@
 //! A background task keeps the map fresh: at start, whenever a request is redirected or finds
 //! its master disconnected, and while some slot has no connected master.
 //!
-//! Every connection, to a master or for CLUSTER SLOTS, logs in with the target's credentials
-//! first (`login`): a master found through a redirect or a later map is no exception.
+//! Every connection, to a master or for CLUSTER SLOTS, is opened by the same `login`: over
+//! TLS for `rediss-cluster://` (each verified against its own host, as CLUSTER SLOTS or the
+//! redirect names it), logged in with the target's credentials. A master found through a
+//! redirect or a later map is no exception.
 
 use std::cell::RefCell;
 use std::io;
@@ -62,7 +64,11 @@ struct NodeTemplate {
 
 impl NodeTemplate {
     fn spawn(&self, endpoint: &Endpoint) -> Rc<Node> {
-        Rc::new(Node::spawn(endpoint.clone(), self.login.clone(), self.opts))
+        Rc::new(Node::spawn(
+            endpoint.clone(),
+            self.login.clone(),
+            self.opts.clone(),
+        ))
     }
 }
 

@@ -1,17 +1,18 @@
-//! RESP2 framing over one TCP stream: command encoding, reply decoding, and a plain
-//! request/response `Connection` used for handshakes and cluster discovery before a stream is
-//! handed to the pipelined `Node`.
+//! RESP2 framing over one connection's byte stream (plain TCP, or TLS over it: a
+//! `pinboard_http::Transport`): command encoding, reply decoding, and a plain request/response
+//! `Connection` used for the login and cluster discovery before a stream is handed to the
+//! pipelined `Node`. Opening the stream is the login's (`login`).
 
 use std::io;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
-use monoio::net::TcpStream;
+use pinboard_http::Transport;
 use redis_protocol::resp2::decode::decode_range;
 use redis_protocol::resp2::types::RangeFrame;
 
-use super::{Endpoint, RedisError, Reply};
+use super::{RedisError, Reply};
 
 /// Spare room guaranteed before each socket read; replies larger than this arrive over several
 /// reads.
@@ -239,8 +240,10 @@ impl<R: AsyncReadRent> ReplyReader<R> {
     }
 }
 
-pub(crate) type ReadHalf = ReplyReader<OwnedReadHalf<TcpStream>>;
-pub(crate) type WriteHalf = OwnedWriteHalf<TcpStream>;
+/// The halves of a `Transport`: a plain connection pays one enum branch per read or write for
+/// being able to be TLS.
+pub(crate) type ReadHalf = ReplyReader<OwnedReadHalf<Transport>>;
+pub(crate) type WriteHalf = OwnedWriteHalf<Transport>;
 
 /// A freshly opened connection used one request at a time.
 pub(crate) struct Connection {
@@ -250,19 +253,17 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) async fn open(endpoint: &Endpoint) -> io::Result<Connection> {
-        let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
-        // Replies to pipelined requests are latency-bound; never let Nagle hold a write back.
-        stream.set_nodelay(true)?;
+    /// Over a stream already connected (and through its TLS handshake, if any).
+    pub(crate) fn new(stream: Transport) -> Connection {
         let (read, writer) = stream.into_split();
-        Ok(Connection {
+        Connection {
             reader: ReplyReader {
                 io: read,
                 buf: BytesMut::new(),
             },
             writer,
             wbuf: BytesMut::new(),
-        })
+        }
     }
 
     pub(crate) async fn request(

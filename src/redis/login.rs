@@ -3,6 +3,12 @@
 //! (also those found later through CLUSTER SLOTS or a redirect, and on every reconnect), the
 //! cluster's slot-map discovery, and the startup check.
 //!
+//! The stream is TCP, and for a `rediss` target TLS over it: the handshake verifies the
+//! server's certificate against the trust handed in through `RedisOptions::tls` (built once at
+//! start: the system roots plus `redis_ca_file`), with the endpoint's host as the server name
+//! (a DNS name as SNI, an IP literal against the certificate's IP addresses), whether the host
+//! was configured or found in the cluster. No client certificate is presented.
+//!
 //! The sequence is `AUTH [user] password` (when the target has credentials), `SELECT db` (when
 //! db is not 0), then `PING`, which makes sure the server actually serves requests (a full
 //! server answers `-ERR max clients` and hangs up; one that wants a password answers `NOAUTH`)
@@ -11,13 +17,27 @@
 use std::io;
 use std::time::Duration;
 
+use monoio::net::TcpStream;
+use pinboard_http::Transport;
+use pinboard_http::tls::{ClientTls, is_tls_error};
+
+use super::client::RedisOptions;
 use super::connection::{Connection, Decimal};
 use super::{AUTH_REFUSALS, Credentials, Endpoint, RedisError, RedisTarget};
 
-/// What to send on every (re)connect before the connection is used.
+/// How to open every (re)connect, and what to send on it before it is used.
 pub(crate) struct Login {
+    wire: Wire,
     credentials: Option<Credentials>,
     db: u32,
+}
+
+/// The stream under the login.
+enum Wire {
+    Plain,
+    Tls(ClientTls),
+    /// A `rediss` target given no `RedisOptions::tls`: every open fails, saying so.
+    TlsWithoutTrust,
 }
 
 /// Why a connection could not be opened and logged in.
@@ -26,6 +46,13 @@ pub enum LoginError {
     /// Connecting failed, or the connection did while logging in.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// The TLS handshake failed (the certificate did not verify, the server does not speak
+    /// TLS, the connection dropped during it), or TLS did while logging in (the server's alert
+    /// after the handshake, e.g. a client certificate required).
+    #[error("TLS with the server failed: {0}")]
+    Tls(io::Error),
+    #[error("rediss:// but no TLS client configuration to verify the server with")]
+    NoTlsConfiguration,
     /// The server answered a step with an error reply (never quoting the password: Redis does
     /// not echo it).
     #[error("{command} answered {reply}")]
@@ -36,6 +63,21 @@ pub enum LoginError {
 }
 
 impl LoginError {
+    /// Whether this is the configuration, which waiting will not fix: the server refused the
+    /// credentials or the database ([`LoginError::is_refusal`]), or TLS with it cannot work as
+    /// configured (a certificate that does not verify against the trusted roots, a server that
+    /// does not speak TLS or that wants a client certificate, a host that is no server name).
+    /// Anything else (unreachable, loading, full, dropped mid-handshake) may pass by itself.
+    pub fn is_configuration_error(&self) -> bool {
+        match self {
+            LoginError::Tls(error) => {
+                is_tls_error(error) || error.kind() == io::ErrorKind::InvalidInput
+            }
+            LoginError::NoTlsConfiguration => true,
+            _ => self.is_refusal(),
+        }
+    }
+
     /// Whether the server refused the configured credentials or database: what waiting will not
     /// fix. Anything else (unreachable, loading, full) may pass by itself.
     pub fn is_refusal(&self) -> bool {
@@ -54,22 +96,58 @@ impl LoginError {
 }
 
 impl Login {
+    /// Plain TCP, `credentials` and `db`.
+    #[cfg(test)]
     pub(crate) fn new(credentials: Option<Credentials>, db: u32) -> Login {
-        Login { credentials, db }
+        Login {
+            wire: Wire::Plain,
+            credentials,
+            db,
+        }
     }
 
-    /// The login `target` asks of every connection (cluster nodes have database 0 only).
-    pub(crate) fn of(target: &RedisTarget) -> Login {
+    /// The login `target` asks of every connection (cluster nodes have database 0 only), over
+    /// TLS verified with `opts.tls` for a `rediss` target.
+    pub(crate) fn of(target: &RedisTarget, opts: &RedisOptions) -> Login {
         let db = match target {
             RedisTarget::Single { db, .. } => *db,
             RedisTarget::Cluster { .. } => 0,
         };
-        Login::new(target.credentials().cloned(), db)
+        let wire = match (target.tls(), &opts.tls) {
+            (false, _) => Wire::Plain,
+            (true, Some(tls)) => Wire::Tls(tls.clone()),
+            (true, None) => Wire::TlsWithoutTrust,
+        };
+        Login {
+            wire,
+            credentials: target.credentials().cloned(),
+            db,
+        }
     }
 
-    /// Connects to `endpoint` and logs in.
+    /// Connects to `endpoint` (TLS when the target is `rediss`) and logs in.
     pub(crate) async fn open(&self, endpoint: &Endpoint) -> Result<Connection, LoginError> {
-        let mut conn = Connection::open(endpoint).await?;
+        let tls = !matches!(self.wire, Wire::Plain);
+        self.connect_and_log_in(endpoint).await.map_err(|e| match e {
+            // TLS failing under a login step is TLS's failure, not the server's answer.
+            LoginError::Io(error) if tls && is_tls_error(&error) => LoginError::Tls(error),
+            other => other,
+        })
+    }
+
+    async fn connect_and_log_in(&self, endpoint: &Endpoint) -> Result<Connection, LoginError> {
+        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
+        // Replies to pipelined requests are latency-bound; never let Nagle hold a write back.
+        tcp.set_nodelay(true)?;
+        let stream = match &self.wire {
+            Wire::Plain => Transport::Plain(tcp),
+            Wire::Tls(tls) => tls
+                .connect(tcp, &endpoint.host)
+                .await
+                .map_err(LoginError::Tls)?,
+            Wire::TlsWithoutTrust => return Err(LoginError::NoTlsConfiguration),
+        };
+        let mut conn = Connection::new(stream);
         if let Some(Credentials { user, password }) = &self.credentials {
             let args: Vec<&[u8]> = user
                 .iter()
@@ -118,16 +196,19 @@ async fn step(
     }
 }
 
-/// The startup check: logs in once to the server (for a cluster, to the first seed that
-/// answers) on a short-lived event loop of the calling thread, before any core starts. Only a
-/// refusal of the credentials or the database is an error (see [`LoginError::is_refusal`]):
-/// a Redis that cannot be reached yet is waited for, as ever, with `/readyz` at 503.
-pub fn check_login(target: &RedisTarget, timeout: Duration) -> Result<(), LoginError> {
+/// The startup check: connects (over TLS for a `rediss` target, verified with `opts.tls`) and
+/// logs in once to the server (for a cluster, to the first seed that answers) on a short-lived
+/// event loop of the calling thread, before any core starts, each attempt bounded by
+/// `opts.connect_timeout`. Only what waiting will not fix is an error (see
+/// [`LoginError::is_configuration_error`]: refused credentials or database, TLS that cannot
+/// work): a Redis that cannot be reached yet is waited for, as ever, with `/readyz` at 503.
+pub fn check_login(target: &RedisTarget, opts: &RedisOptions) -> Result<(), LoginError> {
     let seeds = match target {
         RedisTarget::Single { endpoint, .. } => std::slice::from_ref(endpoint),
         RedisTarget::Cluster { seeds, .. } => seeds.as_slice(),
     };
-    let login = Login::of(target);
+    let login = Login::of(target, opts);
+    let timeout = opts.connect_timeout;
     let mut runtime = match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
         .enable_timer()
         .build()
@@ -143,7 +224,7 @@ pub fn check_login(target: &RedisTarget, timeout: Duration) -> Result<(), LoginE
         for seed in seeds {
             match login.open_within(seed, timeout).await {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_refusal() => return Err(e),
+                Err(e) if e.is_configuration_error() => return Err(e),
                 Err(e) => tracing::warn!(endpoint = %seed, error = %e, "redis not reachable at start; waiting for it"),
             }
         }

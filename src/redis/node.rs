@@ -1,9 +1,12 @@
 //! One pipelined, self-healing connection to one Redis server.
 //!
 //! Requests are encoded straight into a shared write buffer and answered in FIFO order by a
-//! background task that owns the socket; it logs every connection in first (`login`), and
-//! reconnects with exponential backoff after any failure, a refused login included. While no connection is up, requests fail at once instead of queueing behind an
-//! outage. A single server is one `Node`; a cluster is one `Node` per master.
+//! background task that owns the connection; it opens and logs in every connection first
+//! (`login`: TLS too for a `rediss` target), and reconnects with exponential backoff after any
+//! failure, a refused login or a certificate that does not verify included (the first failure
+//! of a streak is logged at warn, the rest at debug). While no connection is up, requests fail
+//! at once instead of queueing behind an outage. A single server is one `Node`; a cluster is
+//! one `Node` per master.
 
 use std::cell::RefCell;
 use std::future::Future;
