@@ -3,8 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::http::{Reply, post_json};
-use super::node::Node;
+use std::time::Duration;
+
+use super::http::{Reply, get, post_json};
+use super::node::{Node, eventually};
 use super::redis::RedisServer;
 use super::worker::TestWorker;
 use pinboard::store::{Keys, bucket_of};
@@ -143,6 +145,47 @@ impl Fixture {
         for bucket in 0..SHARDS {
             self.cli(&["SET", &self.keys.bucket(bucket).boot_time, "0"]);
         }
+    }
+
+    /// Warms the fixture, registers a worker and forwards a request to it: the worker and its
+    /// session.
+    pub fn serves(&self, label: &str) -> (TestWorker, String) {
+        self.warm();
+        let worker = TestWorker::start(label);
+        let session = self.registered(&worker, "w1");
+        let r = get(self.node.addr, "/threads/a1/x", None);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), self.node.log());
+        assert_eq!(r.json()["path"], "/threads/a1/x");
+        (worker, session)
+    }
+
+    /// While the node cannot use Redis (a login refused, a certificate that does not verify):
+    /// `/readyz` turns 503 and stays so; the data plane and a registry route answer 503 +
+    /// `Retry-After: 1` with the spec's body, never 500.
+    pub fn unavailable_until_fixed(&self, worker: &TestWorker, session: &str) {
+        let addr = self.node.addr;
+        assert!(
+            eventually(Duration::from_secs(15), || {
+                (0..6).all(|_| get(addr, "/readyz", None).status == 503)
+            }),
+            "readyz stayed 200 with Redis unusable:\n{}",
+            self.node.log()
+        );
+        for i in 0..10 {
+            for r in [
+                get(addr, &format!("/threads/a{i}/x"), None),
+                self.heartbeat(worker, session, json!({})),
+            ] {
+                assert_eq!(r.status, 503, "{}\n{}", r.text(), self.node.log());
+                assert_eq!(r.header("retry-after"), Some("1"));
+                let error = r.json()["error"].clone();
+                assert!(
+                    error == "registry unavailable, retry" || error == "not the serving fleet",
+                    "{error}"
+                );
+            }
+        }
+        assert!(get(addr, "/readyz", None).body.is_empty());
     }
 }
 

@@ -125,6 +125,15 @@ impl Node {
         text
     }
 
+    /// Until the log says `what` (5 s at most: then the test fails, showing the log).
+    pub fn logs(&self, what: &str) {
+        assert!(
+            eventually(Duration::from_secs(5), || self.log().contains(what)),
+            "{what} is not in the log:\n{}",
+            self.log()
+        );
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
@@ -207,6 +216,45 @@ pub fn token(sub: &str, scopes: &[&str], namespaces: &[&str]) -> String {
         },
     )
     .expect("mint test token")
+}
+
+/// `pinboard serve` on `redis_url` with a test HS256 secret and `env`, which must exit
+/// within 20 s (the test fails otherwise): its exit code and stderr.
+pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = dir.path().join("stderr");
+    let mut cmd = Command::new(binary());
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
+        cmd.env_remove(key);
+    }
+    let mut child = cmd
+        .arg("serve")
+        .env("PINBOARD_LISTEN", "127.0.0.1:0")
+        .env("PINBOARD_REDIS_URL", redis_url)
+        .env("PINBOARD_PASSPORT__HS256_SECRET", SECRET)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "pinboard serve did not exit on {redis_url}:\n{}",
+                std::fs::read_to_string(&stderr).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status.code(), std::fs::read_to_string(&stderr).unwrap())
 }
 
 /// Polls `check` every 50 ms until it holds or `limit` passes.

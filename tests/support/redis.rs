@@ -141,6 +141,15 @@ impl RedisServer {
         }
     }
 
+    /// The `user=` of every connection the server lists (this redis-cli's own among them).
+    pub fn users(&self) -> Vec<String> {
+        self.cli(&["CLIENT", "LIST"])
+            .lines()
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("user=")))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Changes the `default` user's password (`CONFIG SET requirepass`), which `cli` then logs
     /// in with. Connections already logged in stay so.
     pub fn set_requirepass(&mut self, password: &str) {
