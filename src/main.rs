@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 use pinboard::config::{Config, LogFormat};
+use pinboard::http::tls::{TlsFailure, tls_failure};
 use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, Passport, TokenRequest};
 use pinboard::redis::LoginError;
@@ -250,10 +251,15 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
 fn check_redis_login(shared: &Shared) -> Result<(), String> {
     let target = &shared.config.redis_url;
     pinboard::redis::check_login(target, &shared.redis_options()).map_err(|e| {
-        let why = match e {
-            LoginError::Tls(_) | LoginError::NoTlsConfiguration => {
-                format!("{e} (trusted: the system roots and redis_ca_file)")
-            }
+        let why = match &e {
+            LoginError::Tls(io) => match tls_failure(io) {
+                Some(TlsFailure::Certificate) => {
+                    format!("{e} (trusted: the system roots and redis_ca_file)")
+                }
+                Some(TlsFailure::NotTls) => format!("{e} (does it speak TLS on that port?)"),
+                _ => e.to_string(),
+            },
+            LoginError::NoTlsConfiguration => e.to_string(),
             _ => format!("Redis refused the login: {e}"),
         };
         format!("config error: redis_url: {}: {why}", target.masked())

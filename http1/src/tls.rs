@@ -214,11 +214,25 @@ pub fn is_server_name(host: &str) -> bool {
     ServerName::try_from(host).is_ok()
 }
 
-/// Whether `error` is TLS itself failing (rustls' error: a certificate that does not verify, a
-/// peer that does not speak TLS, a fatal alert from it), as opposed to the connection under it
-/// failing (reset, closed, timed out).
-pub fn is_tls_error(error: &io::Error) -> bool {
-    error
-        .get_ref()
-        .is_some_and(|inner| inner.is::<rustls::Error>())
+/// What kind of TLS failure an I/O error of a handshake or a TLS stream is, so a message can
+/// say what to check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// The peer's certificate did not verify (issuer, name, validity).
+    Certificate,
+    /// The peer's bytes were no TLS records: most likely it does not speak TLS at all.
+    NotTls,
+    /// Anything else TLS itself refused (a fatal alert from the peer, a protocol violation).
+    Other,
+}
+
+/// The TLS failure `error` is (rustls' error inside it), or `None` when it is the connection
+/// under TLS failing (reset, closed, timed out).
+pub fn tls_failure(error: &io::Error) -> Option<TlsFailure> {
+    let error = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    Some(match error {
+        rustls::Error::InvalidCertificate(_) => TlsFailure::Certificate,
+        rustls::Error::InvalidMessage(_) => TlsFailure::NotTls,
+        _ => TlsFailure::Other,
+    })
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use monoio::net::TcpStream;
 use pinboard_http::Transport;
-use pinboard_http::tls::{ClientTls, is_tls_error};
+use pinboard_http::tls::{ClientTls, tls_failure};
 
 use super::client::RedisOptions;
 use super::connection::{Connection, Decimal};
@@ -71,7 +71,7 @@ impl LoginError {
     pub fn is_configuration_error(&self) -> bool {
         match self {
             LoginError::Tls(error) => {
-                is_tls_error(error) || error.kind() == io::ErrorKind::InvalidInput
+                tls_failure(error).is_some() || error.kind() == io::ErrorKind::InvalidInput
             }
             LoginError::NoTlsConfiguration => true,
             _ => self.is_refusal(),
@@ -128,11 +128,15 @@ impl Login {
     /// Connects to `endpoint` (TLS when the target is `rediss`) and logs in.
     pub(crate) async fn open(&self, endpoint: &Endpoint) -> Result<Connection, LoginError> {
         let tls = !matches!(self.wire, Wire::Plain);
-        self.connect_and_log_in(endpoint).await.map_err(|e| match e {
-            // TLS failing under a login step is TLS's failure, not the server's answer.
-            LoginError::Io(error) if tls && is_tls_error(&error) => LoginError::Tls(error),
-            other => other,
-        })
+        self.connect_and_log_in(endpoint)
+            .await
+            .map_err(|e| match e {
+                // TLS failing under a login step is TLS's failure, not the server's answer.
+                LoginError::Io(error) if tls && tls_failure(&error).is_some() => {
+                    LoginError::Tls(error)
+                }
+                other => other,
+            })
     }
 
     async fn connect_and_log_in(&self, endpoint: &Endpoint) -> Result<Connection, LoginError> {

@@ -4,7 +4,8 @@
 //! background task that owns the connection; it opens and logs in every connection first
 //! (`login`: TLS too for a `rediss` target), and reconnects with exponential backoff after any
 //! failure, a refused login or a certificate that does not verify included (the first failure
-//! of a streak is logged at warn, the rest at debug). While no connection is up, requests fail
+//! of a streak is logged at warn, and the first that is the configuration's if it came later;
+//! the rest at debug). While no connection is up, requests fail
 //! at once instead of queueing behind an outage. A single server is one `Node`; a cluster is
 //! one `Node` per master.
 
@@ -212,9 +213,11 @@ impl Backoff {
 async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
     let endpoint = &shared.endpoint;
     let mut backoff = Backoff::new();
-    // Only the first failure of a streak is worth a warning; the rest would flood the log while
-    // Redis is down.
+    // Only the first failure of a streak is worth a warning, and the first that waiting will not
+    // fix (a refused login, a certificate that does not verify) when the streak began with
+    // another (Redis restarting into it): the rest would flood the log while Redis is down.
     let mut failing = false;
+    let mut told_configuration = false;
     loop {
         let opened = monoio::select! {
             _ = &mut stop => return,
@@ -224,6 +227,7 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
             Ok(conn) => {
                 backoff.reset();
                 failing = false;
+                told_configuration = false;
                 info!(%endpoint, "redis connected");
                 shared.go_up();
                 let error = monoio::select! {
@@ -236,8 +240,9 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
                 shared.go_down();
                 warn!(%endpoint, %error, "redis connection lost");
             }
-            Err(error) if !failing => {
+            Err(error) if !failing || (!told_configuration && error.is_configuration_error()) => {
                 failing = true;
+                told_configuration |= error.is_configuration_error();
                 warn!(%endpoint, %error, "redis connect failed; retrying with backoff");
             }
             Err(error) => debug!(%endpoint, %error, "redis connect failed"),
