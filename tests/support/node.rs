@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -56,34 +56,30 @@ impl Node {
 
     /// Like [`Node::start`], but returns once it listens, ready or not.
     pub fn spawn(redis_url: &str, env: &[(&str, &str)]) -> Node {
+        Node::try_spawn(redis_url, env).unwrap_or_else(|(code, log)| {
+            panic!("pinboard exited with {code:?} before listening:\n{log}")
+        })
+    }
+
+    /// Like [`Node::spawn`], but a node that exits before it listens is an answer: its exit
+    /// code and log.
+    pub fn try_spawn(redis_url: &str, env: &[(&str, &str)]) -> Result<Node, (Option<i32>, String)> {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("node.log");
-        let mut cmd = Command::new(binary());
-        cmd.arg("serve");
-        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
-            cmd.env_remove(key);
-        }
-        cmd.env("PINBOARD_LISTEN", "127.0.0.1:0")
-            .env("PINBOARD_REDIS_URL", redis_url)
-            .env("PINBOARD_PASSPORT__HS256_SECRET", SECRET)
-            .env("PINBOARD_THREADS", "2")
-            .env("PINBOARD_LOG", "info,pinboard=debug")
-            .env("NO_COLOR", "1");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap());
-        let child = cmd.spawn().expect("spawn pinboard");
+        let mut all = vec![
+            ("PINBOARD_THREADS", "2"),
+            ("PINBOARD_LOG", "info,pinboard=debug"),
+        ];
+        all.extend_from_slice(env);
+        let child = serve(redis_url, &all, &log);
         let mut node = Node {
             child,
             addr: "0.0.0.0:0".parse().unwrap(),
             log,
             _dir: dir,
         };
-        node.addr = node.wait_for_listen();
-        node
+        node.addr = node.wait_for_listen()?;
+        Ok(node)
     }
 
     /// Until `/readyz` answers 200 several times in a row (each core has its own Redis
@@ -95,7 +91,8 @@ impl Node {
         assert!(ready, "pinboard never became ready:\n{}", self.log());
     }
 
-    fn wait_for_listen(&mut self) -> SocketAddr {
+    /// The address it listens on, or its exit code and log if it exits first.
+    fn wait_for_listen(&mut self) -> Result<SocketAddr, (Option<i32>, String)> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let log = self.log();
@@ -104,10 +101,10 @@ impl Node {
                     .split_whitespace()
                     .find_map(|w| w.strip_prefix("addr="))
                     .expect("listen line names addr");
-                return addr.parse().unwrap();
+                return Ok(addr.parse().unwrap());
             }
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("pinboard exited with {status} before listening:\n{log}");
+                return Err((status.code(), self.log()));
             }
             assert!(
                 Instant::now() < deadline,
@@ -218,17 +215,14 @@ pub fn token(sub: &str, scopes: &[&str], namespaces: &[&str]) -> String {
     .expect("mint test token")
 }
 
-/// `pinboard serve` on `redis_url` with a test HS256 secret and `env`, which must exit
-/// within 20 s (the test fails otherwise): its exit code and stderr.
-pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let stderr = dir.path().join("stderr");
+/// `pinboard serve` on `redis_url` with the test HS256 secret, on a port the kernel picks,
+/// none of this process's `PINBOARD_*` settings, and `env` over that; its stderr to `stderr`.
+fn serve(redis_url: &str, env: &[(&str, &str)], stderr: &Path) -> Child {
     let mut cmd = Command::new(binary());
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
         cmd.env_remove(key);
     }
-    let mut child = cmd
-        .arg("serve")
+    cmd.arg("serve")
         .env("PINBOARD_LISTEN", "127.0.0.1:0")
         .env("PINBOARD_REDIS_URL", redis_url)
         .env("PINBOARD_PASSPORT__HS256_SECRET", SECRET)
@@ -236,9 +230,17 @@ pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, 
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+        .stderr(std::fs::File::create(stderr).unwrap())
         .spawn()
-        .unwrap();
+        .expect("spawn pinboard")
+}
+
+/// `pinboard serve` on `redis_url` with `env` (the default log filter: what an operator sees),
+/// which must exit within 20 s (the test fails otherwise): its exit code and stderr.
+pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let stderr = dir.path().join("stderr");
+    let mut child = serve(redis_url, env, &stderr);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

@@ -5,9 +5,15 @@
 //! `start_acl` (either kind) protects every node: the `default` user gets `ADMIN_PASSWORD`
 //! (what `cli` logs in with), and an ACL user of the test's choosing has every permission; the
 //! node under test is given that user's URL.
+//!
+//! `start_tls` (either kind) makes every node TLS-only (`--port 0 --tls-port P`, a cluster's bus
+//! and replication too), presenting a certificate pair the test made (`support::tls::Pki`), and not
+//! asking clients for one; `url` is then `rediss://`. The helpers' own redis-cli connects over
+//! TLS without verifying: what is under test is the node's verification.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -29,8 +35,65 @@ pub struct RedisServer {
     password: Option<String>,
     /// The ACL user and password `url` names instead, from `start_acl`.
     acl_user: Option<(String, String)>,
+    /// TLS-only, from `start_tls`.
+    tls: Option<ServerTls>,
     dir: tempfile::TempDir,
     child: Option<Child>,
+}
+
+/// The files a TLS-only server is started with. It reads them at every (re)start: a test that
+/// writes another pair over them and restarts the server has it present that one.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// What the server trusts (for its cluster bus and replication links).
+    pub ca: PathBuf,
+}
+
+impl ServerTls {
+    /// A certificate chain and key (a `support::tls::Pair`'s), and the CA file.
+    pub fn new(cert: &Path, key: &Path, ca: &Path) -> ServerTls {
+        ServerTls {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            ca: ca.to_owned(),
+        }
+    }
+
+    /// redis-server's arguments for TLS on `port` only (with `cluster`, the bus and
+    /// replication too).
+    fn arguments(&self, port: &str, cluster: bool) -> Vec<String> {
+        let path = |p: &PathBuf| p.to_str().expect("utf-8 TLS file path").to_owned();
+        let mut args = vec![
+            "--port".to_owned(),
+            "0".to_owned(),
+            "--tls-port".to_owned(),
+            port.to_owned(),
+            "--tls-cert-file".to_owned(),
+            path(&self.cert),
+            "--tls-key-file".to_owned(),
+            path(&self.key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&self.ca),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        if cluster {
+            for arg in ["--tls-cluster", "yes", "--tls-replication", "yes"] {
+                args.push(arg.to_owned());
+            }
+        }
+        args
+    }
+}
+
+/// redis-cli's arguments for a server with `tls`: TLS, not verified.
+fn cli_tls(tls: &Option<ServerTls>) -> &'static [&'static str] {
+    match tls {
+        Some(_) => &["--tls", "--insecure"],
+        None => &[],
+    }
 }
 
 impl RedisServer {
@@ -41,18 +104,28 @@ impl RedisServer {
     /// With extra redis-server arguments, e.g. `&["--requirepass", "s3cret"]` (`cli` and `url`
     /// then carry the password).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::launch(extra, false)
+        RedisServer::launch(extra, false, None)
     }
 
     /// Protected: the `default` user needs `ADMIN_PASSWORD`, and the ACL user `user` (every
     /// key, channel and command) `password`; `url` names `user:password` (percent-encoded).
     pub fn start_acl(user: &str, password: &str) -> RedisServer {
-        let mut server = RedisServer::start_with(&strs(&acl_arguments(user, password)));
-        server.acl_user = Some((user.to_owned(), password.to_owned()));
+        RedisServer::start_as(None, Some((user, password)))
+    }
+
+    /// TLS-only with `tls`'s certificate pair, and protected as by `start_acl` when `acl`
+    /// names a user and password; `url` is `rediss://…`.
+    pub fn start_tls(tls: &ServerTls, acl: Option<(&str, &str)>) -> RedisServer {
+        RedisServer::start_as(Some(tls), acl)
+    }
+
+    fn start_as(tls: Option<&ServerTls>, acl: Option<(&str, &str)>) -> RedisServer {
+        let mut server = RedisServer::launch(&strs(&acl_arguments(acl)), false, tls);
+        server.acl_user = owned(acl);
         server
     }
 
-    fn launch(extra: &[&str], cluster: bool) -> RedisServer {
+    fn launch(extra: &[&str], cluster: bool, tls: Option<&ServerTls>) -> RedisServer {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut server = RedisServer {
@@ -64,6 +137,7 @@ impl RedisServer {
                     .find(|w| w[0] == "--requirepass")
                     .map(|w| w[1].to_string()),
                 acl_user: None,
+                tls: tls.cloned(),
                 dir: tempfile::tempdir().expect("temp dir for redis-server"),
                 child: None,
             };
@@ -81,7 +155,11 @@ impl RedisServer {
         let dir = self.dir.path().to_str().expect("utf-8 temp dir");
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+        match &self.tls {
+            Some(tls) => cmd.args(tls.arguments(&port, self.bus_port.is_some())),
+            None => cmd.args(["--port", &port]),
+        };
+        cmd.args(["--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--daemonize", "no", "--dir", dir])
             .args(["--logfile", log.to_str().expect("utf-8 log path")]);
         if let Some(bus) = self.bus_port {
@@ -107,7 +185,7 @@ impl RedisServer {
                 let log = std::fs::read_to_string(&log).unwrap_or_default();
                 return Err(format!("port {port}: exited with {status}; log:\n{log}"));
             }
-            if answers_ping(self.port) {
+            if self.answers_ping() {
                 self.child = Some(child);
                 return Ok(());
             }
@@ -126,10 +204,39 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://[[user]:password@]127.0.0.1:PORT`: the ACL user's, else the `default` user's
-    /// password if it has one.
+    /// `redis[s]://[[user]:password@]127.0.0.1:PORT`: the ACL user's, else the `default` user's
+    /// password if it has one; `rediss` for a TLS-only server.
     pub fn url(&self) -> String {
-        format!("redis://{}127.0.0.1:{}", self.credentials(), self.port)
+        format!(
+            "{}://{}127.0.0.1:{}",
+            self.scheme(),
+            self.credentials(),
+            self.port
+        )
+    }
+
+    fn scheme(&self) -> &'static str {
+        match self.tls {
+            Some(_) => "rediss",
+            None => "redis",
+        }
+    }
+
+    /// Up means answering PING, or refusing it for want of a password.
+    fn answers_ping(&self) -> bool {
+        if self.tls.is_none() {
+            return answers_ping(self.port);
+        }
+        Command::new("redis-cli")
+            .args(cli_tls(&self.tls))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "PING"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .is_ok_and(|out| {
+                let reply = String::from_utf8_lossy(&out.stdout);
+                reply.starts_with("PONG") || reply.starts_with("NOAUTH")
+            })
     }
 
     /// `user:password@` (percent-encoded), `:password@` or nothing, as `url` writes them.
@@ -218,7 +325,8 @@ impl RedisServer {
     /// `-n 3`) and returns its trimmed output. Panics if redis-cli fails.
     pub fn cli(&self, args: &[&str]) -> String {
         let mut cmd = Command::new("redis-cli");
-        cmd.args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
+        cmd.args(cli_tls(&self.tls))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()]);
         if let Some(password) = &self.password {
             cmd.args(["-a", password, "--no-auth-warning"]);
         }
@@ -265,8 +373,11 @@ fn all_threads_stopped(pid: u32) -> bool {
 }
 
 /// The redis-server arguments of `start_acl`: the `default` user's password, and `user` allowed
-/// everything with `password`.
-fn acl_arguments(user: &str, password: &str) -> Vec<String> {
+/// everything with `password`; none without `acl`.
+fn acl_arguments(acl: Option<(&str, &str)>) -> Vec<String> {
+    let Some((user, password)) = acl else {
+        return Vec::new();
+    };
     let acl = [user, "on", &format!(">{password}"), "~*", "&*", "+@all"];
     let mut args = vec![
         "--requirepass",
@@ -277,6 +388,11 @@ fn acl_arguments(user: &str, password: &str) -> Vec<String> {
     args.push("--user");
     args.extend(acl.iter().map(|a| &**a));
     args.into_iter().map(str::to_owned).collect()
+}
+
+/// The ACL user and password `url` names, owned.
+fn owned(acl: Option<(&str, &str)>) -> Option<(String, String)> {
+    acl.map(|(user, password)| (user.to_owned(), password.to_owned()))
 }
 
 /// `extra` as `&str`s, for `start_with`.
@@ -344,8 +460,30 @@ impl RedisCluster {
     /// `&["--cluster-require-full-coverage", "no"]` (the survivors of a dead master keep
     /// serving their own slots).
     pub fn start_with(extra: &[&str]) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::launch(extra, true)).collect();
+        RedisCluster::launch(extra, None)
+    }
+
+    /// Every node TLS-only as by `RedisServer::start_tls` (the same pair on each: it is valid
+    /// for 127.0.0.1), the bus and replication too; protected as by `start_acl` when `acl`
+    /// names a user and password. `url` is `rediss-cluster://…`.
+    pub fn start_tls(tls: &ServerTls, acl: Option<(&str, &str)>) -> RedisCluster {
+        RedisCluster::start_as(Some(tls), acl)
+    }
+
+    fn start_as(tls: Option<&ServerTls>, acl: Option<(&str, &str)>) -> RedisCluster {
+        let mut cluster = RedisCluster::launch(&strs(&acl_arguments(acl)), tls);
+        for node in &mut cluster.nodes {
+            node.acl_user = owned(acl);
+        }
+        cluster
+    }
+
+    fn launch(extra: &[&str], tls: Option<&ServerTls>) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::launch(extra, true, tls))
+            .collect();
         let mut create = Command::new("redis-cli");
+        create.args(cli_tls(&nodes[0].tls));
         if let Some(password) = &nodes[0].password {
             create.args(["-a", password, "--no-auth-warning"]);
         }
@@ -372,11 +510,7 @@ impl RedisCluster {
     /// Every node protected as by `RedisServer::start_acl` (`--masterauth` too), the same ACL
     /// user on each; `url` names it.
     pub fn start_acl(user: &str, password: &str) -> RedisCluster {
-        let mut cluster = RedisCluster::start_with(&strs(&acl_arguments(user, password)));
-        for node in &mut cluster.nodes {
-            node.acl_user = Some((user.to_owned(), password.to_owned()));
-        }
-        cluster
+        RedisCluster::start_as(None, Some((user, password)))
     }
 
     /// Waits until every node reports `cluster_state:ok` (a restarted node answers CLUSTERDOWN
@@ -396,7 +530,7 @@ impl RedisCluster {
         }
     }
 
-    /// `redis-cluster://[[user]:password@]127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
+    /// `redis[s]-cluster://[[user]:password@]127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
@@ -404,7 +538,8 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
         format!(
-            "redis-cluster://{}{}",
+            "{}-cluster://{}{}",
+            self.nodes[0].scheme(),
             self.nodes[0].credentials(),
             seeds.join(",")
         )
@@ -447,6 +582,7 @@ impl RedisCluster {
     /// between the two masters for a while). Blocks until it is done; its output.
     pub fn reshard(&self, from: usize, to: usize, slots: usize, pipeline: usize) -> String {
         let out = Command::new("redis-cli")
+            .args(cli_tls(&self.nodes[0].tls))
             .args(["--cluster", "reshard"])
             .arg(format!("127.0.0.1:{}", self.nodes[to].port))
             .args(["--cluster-from", &self.node_id(from)])

@@ -64,14 +64,19 @@ impl Pki {
     /// A new leaf for localhost and 127.0.0.1 signed by this CA, written to `name.crt` and
     /// `name.key` (overwriting: a reload test writes a second pair over the first).
     pub fn leaf(&self, name: &str, common_name: &str) -> Pair {
-        let (params, key) = leaf_params(common_name);
+        self.leaf_for(name, common_name, &NAMES)
+    }
+
+    /// A new leaf signed by this CA for `names` only (DNS names, or IP addresses as text).
+    pub fn leaf_for(&self, name: &str, common_name: &str, names: &[&str]) -> Pair {
+        let (params, key) = leaf_params(common_name, names);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         self.write(name, &cert.pem(), &key.serialize_pem())
     }
 
     /// A leaf that no CA here signed: verification must refuse it.
     pub fn self_signed(&self, name: &str) -> Pair {
-        let (params, key) = leaf_params("untrusted");
+        let (params, key) = leaf_params("untrusted", &NAMES);
         let cert = params.self_signed(&key).unwrap();
         self.write(name, &cert.pem(), &key.serialize_pem())
     }
@@ -101,8 +106,9 @@ impl Pki {
     }
 }
 
-fn leaf_params(common_name: &str) -> (CertificateParams, KeyPair) {
-    let mut params = CertificateParams::new(NAMES.map(String::from).to_vec()).unwrap();
+fn leaf_params(common_name: &str, names: &[&str]) -> (CertificateParams, KeyPair) {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = CertificateParams::new(names).unwrap();
     params
         .distinguished_name
         .push(DnType::CommonName, common_name);
