@@ -7,8 +7,9 @@
 //!   gives the same `Config` once the masked secrets are put back (the HS256 secret through
 //!   the environment, as an operator would; the promise `check-config` output rests on).
 //!
-//! Inputs that configure Ed25519 key files are skipped: `Config::load` opens each one, and a
-//! fuzzer must not open arbitrary paths (a FIFO would hang it, a device could do worse).
+//! Inputs that name a file (Ed25519 keys, the listener's pair, a CA file) are skipped:
+//! `Config::load` opens each one, and a fuzzer must not open arbitrary paths (a FIFO would hang
+//! it, a device could do worse).
 #![no_main]
 
 use std::path::Path;
@@ -72,18 +73,34 @@ fuzz_target!(|data: &[u8]| {
     );
 });
 
-/// Whether the file or the environment sets `passport.ed25519_public_keys` to a non-empty list.
+/// The keys whose values are paths `Config::load` opens: (table, key, environment variable).
+const FILE_KEYS: [(&str, &str, &str); 5] = [
+    (
+        "passport",
+        "ed25519_public_keys",
+        "PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS",
+    ),
+    ("tls", "cert_file", "PINBOARD_TLS__CERT_FILE"),
+    ("tls", "key_file", "PINBOARD_TLS__KEY_FILE"),
+    ("forwards", "ca_file", "PINBOARD_FORWARDS__CA_FILE"),
+    ("", "redis_ca_file", "PINBOARD_REDIS_CA_FILE"),
+];
+
+/// Whether the file or the environment sets any of `FILE_KEYS` (a list: to a non-empty one).
 /// A file that is not TOML sets nothing: loading stops before any key is read.
 fn names_key_files(file: &str, env: &[(String, String)]) -> bool {
-    let in_env = env
-        .iter()
-        .any(|(name, value)| name == "PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS" && !value.is_empty());
-    let in_file = file.parse::<toml::Table>().is_ok_and(|table| {
-        table
-            .get("passport")
-            .and_then(|passport| passport.get("ed25519_public_keys"))
-            .and_then(toml::Value::as_array)
-            .is_some_and(|paths| !paths.is_empty())
-    });
-    in_env || in_file
+    let table = file.parse::<toml::Table>().ok();
+    FILE_KEYS.iter().any(|(section, key, var)| {
+        let in_env = env
+            .iter()
+            .any(|(name, value)| name == var && !value.is_empty());
+        let in_file = table.as_ref().is_some_and(|table| {
+            let value = match *section {
+                "" => table.get(*key),
+                section => table.get(section).and_then(|t| t.get(*key)),
+            };
+            value.is_some_and(|v| v.as_array().is_none_or(|paths| !paths.is_empty()))
+        });
+        in_env || in_file
+    })
 }
