@@ -2,9 +2,13 @@
 //! Cluster routing. What is stored where is the store's (`crate::store`).
 //!
 //! Every core owns one `Redis` handle (one pipelined connection per server, or per master in
-//! cluster mode). Every connection it opens logs in the same way first (`login`: `AUTH`,
-//! `SELECT`, `PING`), with the credentials of `redis_url` (`target`). This file owns the types
-//! every caller sees: the error taxonomy and the decoded reply.
+//! cluster mode). Every connection it opens is opened and logged in the same way first
+//! (`login`): over TLS for a `rediss` target (verified with the `ClientTls` handed in through
+//! [`RedisOptions::tls`], one for the whole node, built at start from the system roots and
+//! `redis_ca_file`), then `AUTH`, `SELECT`, `PING` with the credentials of `redis_url`
+//! (`target`). The stream under the RESP framing (`connection`) is a `pinboard_http::Transport`,
+//! plain or TLS. This file owns the types every caller sees: the error taxonomy and the decoded
+//! reply.
 
 mod client;
 mod cluster;
