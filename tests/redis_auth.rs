@@ -5,12 +5,10 @@
 
 mod support;
 
-use std::time::Duration;
-
-use support::cluster::{cluster_cli, warm_node};
+use support::cluster::{cluster_cli, logged_in_on_every_master, warm_node};
 use support::fleet::Fixture;
 use support::http::get;
-use support::node::{Node, eventually, serve_until_exit};
+use support::node::{Node, refused_at_start, serve_until_exit};
 use support::redis::{ADMIN_PASSWORD, RedisCluster, RedisServer, escape};
 
 /// The node's user.
@@ -25,16 +23,7 @@ fn an_acl_user_registers_and_forwards() {
     f.serves("acl");
     // Every connection of the node (one per core at least) is logged in as the user: the only
     // `default` one (what a connection is before AUTH) is this redis-cli's.
-    let users = f.redis.users();
-    assert!(
-        users.iter().filter(|u| *u == USER).count() >= 2,
-        "{users:?}"
-    );
-    assert_eq!(
-        users.iter().filter(|u| *u == "default").count(),
-        1,
-        "{users:?}"
-    );
+    f.redis.assert_logged_in_as(USER, 2);
     assert!(!f.node.log().contains(PASSWORD));
 }
 
@@ -101,18 +90,7 @@ fn a_refused_login_at_start_exits_2_with_one_line() {
         // The right login, a database Redis does not have.
         (format!("{}/99", acl.url()), "DB index"),
     ] {
-        let (code, stderr) = serve_until_exit(&url, &[]);
-        assert_eq!(code, Some(2), "{url}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
-        assert!(
-            stderr.contains("redis_url") && stderr.contains(reason),
-            "{stderr}"
-        );
-        assert!(
-            !stderr.contains(wrong) && !stderr.contains(PASSWORD),
-            "{stderr}"
-        );
-        assert!(!stderr.contains(&escape(PASSWORD)), "{stderr}");
+        refused_at_start(&url, &[], reason, &[wrong, PASSWORD, &escape(PASSWORD)]);
     }
     let (_, stderr) = serve_until_exit(&format!("redis://{USER}:{wrong}@127.0.0.1:{port}"), &[]);
     assert!(
@@ -126,32 +104,8 @@ fn a_cluster_with_a_login_on_every_node() {
     let cluster = RedisCluster::start_acl(USER, PASSWORD);
     let (node, _worker) = warm_node(&cluster, "300000", &[], "cluster-acl");
     // The buckets are spread over the three masters: each one found through CLUSTER SLOTS, and
-    // each logged in to.
-    for i in 0..24 {
-        let r = get(node.addr, &format!("/threads/id-{i}/x"), None);
-        assert_eq!(r.status, 200, "id-{i}: {}\n{}", r.text(), node.log());
-    }
-    for redis in cluster.nodes() {
-        let users = redis.users();
-        assert!(users.iter().any(|u| u == USER), "{users:?}");
-        assert_eq!(
-            users.iter().filter(|u| *u == "default").count(),
-            1,
-            "{users:?}"
-        );
-    }
-
-    // Connections dropped on every master: they come back, logged in again.
-    for redis in cluster.nodes() {
-        redis.cli(&["CLIENT", "KILL", "USER", USER]);
-    }
-    assert!(
-        eventually(Duration::from_secs(15), || {
-            (0..24).all(|i| get(node.addr, &format!("/threads/id-{i}/x"), None).status == 200)
-        }),
-        "the node did not come back after its connections were dropped:\n{}",
-        node.log()
-    );
+    // each logged in to, also again once its connections are dropped.
+    logged_in_on_every_master(&cluster, &node, USER);
 
     // The password-only form on the same cluster: the `default` user's password.
     let admin = cluster.url().replacen(

@@ -11,10 +11,10 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use support::cluster::warm_node;
+use support::cluster::{logged_in_on_every_master, warm_node};
 use support::fleet::Fixture;
 use support::http::get;
-use support::node::{Node, eventually, serve_until_exit};
+use support::node::{Node, eventually, refused_at_start, serve_until_exit};
 use support::redis::{RedisCluster, RedisServer, ServerTls, escape};
 use support::tls::{Pair, Pki};
 
@@ -51,25 +51,13 @@ fn an_acl_user_over_tls_registers_forwards_and_survives_a_certificate_change() {
     let (pki, tls) = pki();
     let ca = ca_setting(&pki);
     let redis = RedisServer::start_tls(&tls, Some((USER, PASSWORD)));
-    assert!(
-        redis.url().starts_with("rediss://pinboard:"),
-        "{}",
-        redis.url()
-    );
+    let url = redis.url();
+    assert!(url.starts_with("rediss://pinboard:"), "{url}");
     let mut f = Fixture::on(redis, &[("PINBOARD_REDIS_CA_FILE", &ca)]);
     let (worker, session) = f.serves("tls-acl");
     // The server listens on TLS only: every connection of the node (one per core at least)
     // came through it, and is logged in as the user.
-    let users = f.redis.users();
-    assert!(
-        users.iter().filter(|u| *u == USER).count() >= 2,
-        "{users:?}"
-    );
-    assert_eq!(
-        users.iter().filter(|u| *u == "default").count(),
-        1,
-        "{users:?}"
-    );
+    f.redis.assert_logged_in_as(USER, 2);
 
     // Connections dropped: they come back, through TLS and the login again.
     f.cli(&["CLIENT", "KILL", "USER", USER]);
@@ -115,11 +103,8 @@ fn a_tls_cluster_with_a_login_on_every_node() {
     let (pki, tls) = pki();
     let ca = ca_setting(&pki);
     let cluster = RedisCluster::start_tls(&tls, Some((USER, PASSWORD)));
-    assert!(
-        cluster.url().starts_with("rediss-cluster://pinboard:"),
-        "{}",
-        cluster.url()
-    );
+    let url = cluster.url();
+    assert!(url.starts_with("rediss-cluster://pinboard:"), "{url}");
     let (node, _worker) = warm_node(
         &cluster,
         "300000",
@@ -127,47 +112,21 @@ fn a_tls_cluster_with_a_login_on_every_node() {
         "cluster-tls",
     );
     // The buckets are spread over the three masters: each found through CLUSTER SLOTS (over
-    // TLS, announcing its TLS port), verified, and logged in to.
-    let all_forward =
-        || (0..24).all(|i| get(node.addr, &format!("/threads/id-{i}/x"), None).status == 200);
-    assert!(all_forward(), "{}", node.log());
-    for redis in cluster.nodes() {
-        let users = redis.users();
-        assert!(users.iter().any(|u| u == USER), "{users:?}");
-        assert_eq!(
-            users.iter().filter(|u| *u == "default").count(),
-            1,
-            "{users:?}"
-        );
-    }
-
-    // Connections dropped on every master: they come back over TLS, logged in again.
-    for redis in cluster.nodes() {
-        redis.cli(&["CLIENT", "KILL", "USER", USER]);
-    }
-    assert!(
-        eventually(Duration::from_secs(15), all_forward),
-        "the node did not come back after its connections were dropped:\n{}",
-        node.log()
-    );
+    // TLS, announcing its TLS port), verified, and logged in to, also again once its
+    // connections are dropped.
+    logged_in_on_every_master(&cluster, &node, USER);
     assert!(!node.log().contains(PASSWORD));
 }
 
-/// Asserts the one-line refusal at start: exit 2, naming `redis_url` (masked) and `reason`;
-/// the line.
+/// The one-line refusal at start (exit 2) of a node on `url`, naming `redis_url` and
+/// `reason`, never the password.
 fn refused(url: &str, env: &[(&str, &str)], reason: &str) -> String {
-    let (code, stderr) = serve_until_exit(url, env);
-    assert_eq!(code, Some(2), "{url}: {stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    let line = refused_at_start(url, env, reason, &[PASSWORD, &escape(PASSWORD)]);
     assert!(
-        stderr.starts_with("config error: redis_url: rediss") && stderr.contains(reason),
-        "{url}: {reason}: {stderr}"
+        line.starts_with("config error: redis_url: rediss"),
+        "{line}"
     );
-    assert!(
-        !stderr.contains(PASSWORD) && !stderr.contains(&escape(PASSWORD)),
-        "{stderr}"
-    );
-    stderr
+    line
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! A node on a [`RedisCluster`], and what tests do to it as a worker and through `redis-cli -c`.
 
+use std::time::Duration;
+
 use serde_json::json;
 
-use super::http::post_json;
-use super::node::Node;
+use super::http::{get, post_json};
+use super::node::{Node, eventually};
 use super::redis::RedisCluster;
 use super::worker::TestWorker;
 
@@ -55,4 +57,28 @@ pub fn warm_node(
         cluster_cli(cluster, &["SET", &keys.bucket(b).boot_time, "0"]);
     }
     (node, worker)
+}
+
+/// Whether a forward to each of 24 instance ids answers 200: with `warm_node`'s 16 buckets
+/// spread over the masters, every master is asked.
+pub fn all_forward(node: &Node) -> bool {
+    (0..24).all(|i| get(node.addr, &format!("/threads/id-{i}/x"), None).status == 200)
+}
+
+/// Asserts that `node` forwards through every master of `cluster` logged in as `user` (no
+/// connection of the `default` user but the helper's redis-cli), then that it comes back, all
+/// forwarding within 15 s, once `user`'s connections are killed on every master.
+pub fn logged_in_on_every_master(cluster: &RedisCluster, node: &Node, user: &str) {
+    assert!(all_forward(node), "{}", node.log());
+    for redis in cluster.nodes() {
+        redis.assert_logged_in_as(user, 1);
+    }
+    for redis in cluster.nodes() {
+        redis.cli(&["CLIENT", "KILL", "USER", user]);
+    }
+    assert!(
+        eventually(Duration::from_secs(15), || all_forward(node)),
+        "the node did not come back after its connections were dropped:\n{}",
+        node.log()
+    );
 }

@@ -259,6 +259,27 @@ pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, 
     (status.code(), std::fs::read_to_string(&stderr).unwrap())
 }
 
+/// Asserts that `pinboard serve` on `redis_url` with `env` exits 2 with one line on stderr,
+/// about `redis_url` and saying `reason`, and holding none of `secrets`: the line.
+pub fn refused_at_start(
+    redis_url: &str,
+    env: &[(&str, &str)],
+    reason: &str,
+    secrets: &[&str],
+) -> String {
+    let (code, stderr) = serve_until_exit(redis_url, env);
+    assert_eq!(code, Some(2), "{redis_url}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("config error: redis_url: ") && stderr.contains(reason),
+        "{redis_url}: {reason}: {stderr}"
+    );
+    for secret in secrets {
+        assert!(!stderr.contains(secret), "{stderr}");
+    }
+    stderr
+}
+
 /// Polls `check` every 50 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;

@@ -257,6 +257,21 @@ impl RedisServer {
             .collect()
     }
 
+    /// Asserts that at least `at_least` connections are logged in as `user`, and that the only
+    /// `default` one (what a connection is before AUTH) is this redis-cli's.
+    pub fn assert_logged_in_as(&self, user: &str, at_least: usize) {
+        let users = self.users();
+        assert!(
+            users.iter().filter(|u| *u == user).count() >= at_least,
+            "{users:?}"
+        );
+        assert_eq!(
+            users.iter().filter(|u| *u == "default").count(),
+            1,
+            "{users:?}"
+        );
+    }
+
     /// Changes the `default` user's password (`CONFIG SET requirepass`), which `cli` then logs
     /// in with. Connections already logged in stay so.
     pub fn set_requirepass(&mut self, password: &str) {
