@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use pinboard_http::WorkerAddr;
+use pinboard_http::tls::{Alpn, ClientTls};
 
 use crate::app::App;
 use crate::config::Config;
@@ -47,7 +48,9 @@ impl Worker {
         let base = WorkerAddr::parse(&advertise_url)
             .map_err(|rule| StartError::Config(rule.to_owned()))?
             .base;
-        let registry = Registry::new(registry, &config.token, config.call_timeout);
+        let tls =
+            ClientTls::new(None, Alpn::Http1).map_err(|e| StartError::Config(e.to_string()))?;
+        let registry = Registry::new(registry, tls, &config.token, config.call_timeout);
         let shared = Arc::new(Shared::new(
             config,
             registry,

@@ -3,10 +3,12 @@
 #![allow(dead_code)]
 
 pub mod attest;
+pub mod certs;
 pub mod fleet;
 pub mod http;
 pub mod node;
 pub mod redis;
+pub mod tls_front;
 pub mod worker;
 
 /// The key names the node under test uses (default prefix): tests read Redis through the same
