@@ -2,10 +2,19 @@
 //! with certificates the test makes: probes, forwards on pooled TLS connections, upgrades,
 //! `/registry/stats`, and what a certificate that does not verify costs (a refused
 //! registration, a 502 forward). The hand-made worker is reached through a TLS terminator in
-//! front of it (`support/tls_front.rs`), so every way it answers stays available.
+//! front of it (`support/tls_front.rs`), so every way it answers stays available; the
+//! `pinned-example` binary serves TLS itself.
+//!
+//! The `pinned-example` tests need that binary next to this test's (`cargo test --workspace`
+//! builds it; `cargo build -p pinned --bin pinned-example` does too), or `PINNED_EXAMPLE_BIN`.
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -205,4 +214,134 @@ fn a_forward_to_a_worker_whose_certificate_stops_verifying_is_a_bad_gateway() {
         "{}",
         f.node.log()
     );
+}
+
+fn pinned_example() -> PathBuf {
+    if let Some(path) = std::env::var_os("PINNED_EXAMPLE_BIN") {
+        return path.into();
+    }
+    // A test executable lives in target/debug/deps/.
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/debug/deps")
+        .join("pinned-example");
+    assert!(
+        bin.exists(),
+        "no pinned-example at {}: run `cargo build -p pinned --bin pinned-example` first, or set \
+         PINNED_EXAMPLE_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// A `pinned-example` process: its stdout lines as they come, its log (stderr) as written.
+struct Example {
+    child: Child,
+    lines: Receiver<String>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Example {
+    fn start(f: &Fixture, client_id: &str, pair: &Pair) -> Example {
+        let mut child = Command::new(pinned_example())
+            .args(["--registry", &f.node.url(), "--namespaces", "/threads"])
+            .args(["--client-id", client_id])
+            .args(["--tls-cert-file", pair.cert_str()])
+            .args(["--tls-key-file", pair.key_str()])
+            .env("PINNED_TOKEN", &f.token)
+            .env("PINNED_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pinned-example");
+        let (send, lines) = channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = send.send(line);
+            }
+        });
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (stderr, written) = (BufReader::new(child.stderr.take().unwrap()), log.clone());
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                written.lock().unwrap().push(line);
+            }
+        });
+        Example { child, lines, log }
+    }
+
+    /// The next stdout line, which must start with `prefix`.
+    fn line(&self, prefix: &str) -> String {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(15))
+            .unwrap_or_else(|_| panic!("no {prefix:?} line:\n{}", self.log()));
+        assert!(line.starts_with(prefix), "{line:?}");
+        line
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn pinned_example_serving_https_registers_serves_forwards_and_stats() {
+    let ca = Ca::new();
+    let f = Fixture::new(&[("PINBOARD_FORWARDS__CA_FILE", ca.cert_str())]);
+    f.warm();
+    let example = Example::start(&f, "example-tls", &worker_pair(&ca));
+    let listening = example.line("listening ");
+    let advertise = listening
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("advertise="))
+        .unwrap()
+        .to_owned();
+    assert!(advertise.starts_with("https://127.0.0.1:"), "{listening}");
+    let registered = example.line("registered session=");
+    let session = registered
+        .trim_start_matches("registered session=")
+        .to_owned();
+
+    for count in 1..=2 {
+        let r = get(f.node.addr, "/threads/tls/count", None);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());
+        assert_eq!(r.json()["count"], count);
+        assert_eq!(r.json()["session"], session);
+    }
+
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let stats = get(f.node.addr, "/registry/stats", Some(&ops)).json();
+    let entry = &stats["workers"][0];
+    assert_eq!(entry["sessionId"], session, "{stats}");
+    assert_eq!(entry["stats"]["advertiseUrl"], advertise, "{stats}");
+    assert_eq!(entry["stats"]["instances"]["/threads"], json!(["tls"]));
+}
+
+#[test]
+fn pinned_example_with_an_untrusted_certificate_is_refused_registration() {
+    let ca = Ca::new();
+    let f = Fixture::new(&[("PINBOARD_FORWARDS__CA_FILE", ca.cert_str())]);
+    f.warm();
+    let example = Example::start(&f, "example-rogue", &ca.untrusted("rogue", &["127.0.0.1"]));
+    example.line("listening ");
+    assert!(
+        eventually(Duration::from_secs(10), || example
+            .log()
+            .contains("registry answered 400: registration probe failed")),
+        "{}",
+        example.log()
+    );
+    assert!(f.node.log().contains("UnknownIssuer"), "{}", f.node.log());
 }

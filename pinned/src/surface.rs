@@ -412,7 +412,7 @@ mod tests {
             let driver = choose_driver(driver).unwrap();
             let base = advertise_path.to_owned();
             let shared = Arc::new(Shared::new(config, registry, advertise, base, addr, driver));
-            let threads = spawn_serving(&shared, &Arc::new(Describe), listeners).unwrap();
+            let threads = spawn_serving(&shared, &Arc::new(Describe), listeners, None).unwrap();
             Serving { shared, threads }
         }
 

@@ -3,6 +3,8 @@
 //! Every test binary uses part of this, so unused items are expected here.
 #![allow(dead_code)]
 
+#[path = "../../../tests/support/certs.rs"]
+pub mod certs;
 #[path = "../../../tests/support/http.rs"]
 pub mod http;
 #[path = "../../../tests/support/node.rs"]
