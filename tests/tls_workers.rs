@@ -10,11 +10,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
@@ -22,6 +18,7 @@ use support::certs::{Ca, Pair};
 use support::fleet::Fixture;
 use support::http::{Client, Reply, get};
 use support::node::{eventually, token};
+use support::process::{Output, sibling_binary};
 use support::tls_front::TlsFront;
 use support::worker::{Serve, TestWorker, TunnelEnd};
 
@@ -216,36 +213,20 @@ fn a_forward_to_a_worker_whose_certificate_stops_verifying_is_a_bad_gateway() {
     );
 }
 
-fn pinned_example() -> PathBuf {
-    if let Some(path) = std::env::var_os("PINNED_EXAMPLE_BIN") {
-        return path.into();
-    }
-    // A test executable lives in target/debug/deps/.
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/debug/deps")
-        .join("pinned-example");
-    assert!(
-        bin.exists(),
-        "no pinned-example at {}: run `cargo build -p pinned --bin pinned-example` first, or set \
-         PINNED_EXAMPLE_BIN",
-        bin.display()
-    );
-    bin
-}
-
 /// A `pinned-example` process: its stdout lines as they come, its log (stderr) as written.
 struct Example {
     child: Child,
-    lines: Receiver<String>,
-    log: Arc<Mutex<Vec<String>>>,
+    output: Output,
 }
 
 impl Example {
     fn start(f: &Fixture, client_id: &str, pair: &Pair) -> Example {
-        let mut child = Command::new(pinned_example())
+        let bin = sibling_binary(
+            "pinned-example",
+            "PINNED_EXAMPLE_BIN",
+            "cargo build -p pinned --bin pinned-example",
+        );
+        let mut child = Command::new(bin)
             .args(["--registry", &f.node.url(), "--namespaces", "/threads"])
             .args(["--client-id", client_id])
             .args(["--tls-cert-file", pair.cert_str()])
@@ -257,26 +238,14 @@ impl Example {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn pinned-example");
-        let (send, lines) = channel();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (stderr, written) = (BufReader::new(child.stderr.take().unwrap()), log.clone());
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                written.lock().unwrap().push(line);
-            }
-        });
-        Example { child, lines, log }
+        let output = Output::capture(&mut child);
+        Example { child, output }
     }
 
     /// The next stdout line, which must start with `prefix`.
     fn line(&self, prefix: &str) -> String {
         let line = self
+            .output
             .lines
             .recv_timeout(Duration::from_secs(15))
             .unwrap_or_else(|_| panic!("no {prefix:?} line:\n{}", self.log()));
@@ -285,7 +254,7 @@ impl Example {
     }
 
     fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.output.log()
     }
 }
 

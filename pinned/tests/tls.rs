@@ -75,19 +75,21 @@ fn a_worker_with_a_certificate_serves_https_and_pinboard_reaches_it() {
     assert!(!node.log().contains("probe failed"), "{}", node.log());
 
     // Straight to the listener: HTTPS answers, trusting the CA; plain HTTP gets no answer.
-    let trusting = ClientTls::new(Some(&ca.cert), Alpn::Http1).unwrap();
     let target = WorkerAddr::parse(handle.advertise_url()).unwrap();
-    let answer = block_on(fetch(
-        &target,
-        &trusting,
-        http::Method::GET,
-        "/nowhere",
-        &[],
-        b"",
-        Duration::from_secs(5),
-        4096,
-    ))
-    .unwrap();
+    let nowhere = |tls: &ClientTls| {
+        block_on(fetch(
+            &target,
+            tls,
+            http::Method::GET,
+            "/nowhere",
+            &[],
+            b"",
+            Duration::from_secs(5),
+            4096,
+        ))
+    };
+    let trusting = ClientTls::new(Some(&ca.cert), Alpn::Http1).unwrap();
+    let answer = nowhere(&trusting).unwrap();
     assert_eq!(answer.status, 404);
     let mut plain = Client::connect(addr);
     plain.send(b"GET /nowhere HTTP/1.1\r\nHost: w\r\n\r\n");
@@ -101,18 +103,7 @@ fn a_worker_with_a_certificate_serves_https_and_pinboard_reaches_it() {
     );
     // Without the CA, the same certificate does not verify.
     let roots_only = ClientTls::new(None, Alpn::Http1).unwrap();
-    let refused = block_on(fetch(
-        &target,
-        &roots_only,
-        http::Method::GET,
-        "/nowhere",
-        &[],
-        b"",
-        Duration::from_secs(5),
-        4096,
-    ))
-    .err()
-    .expect("an unknown issuer");
+    let refused = nowhere(&roots_only).err().expect("an unknown issuer");
     assert!(refused.to_string().contains("UnknownIssuer"), "{refused}");
 
     worker.shutdown();

@@ -7,6 +7,7 @@ pub mod certs;
 pub mod fleet;
 pub mod http;
 pub mod node;
+pub mod process;
 pub mod redis;
 pub mod tls_front;
 pub mod worker;

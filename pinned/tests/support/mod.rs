@@ -9,6 +9,8 @@ pub mod certs;
 pub mod http;
 #[path = "../../../tests/support/node.rs"]
 pub mod node;
+#[path = "../../../tests/support/process.rs"]
+pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
 
