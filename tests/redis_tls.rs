@@ -11,12 +11,12 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use support::certs::{Ca, LOCAL, Pair};
 use support::cluster::{logged_in_on_every_master, warm_node};
 use support::fleet::Fixture;
 use support::http::get;
 use support::node::{Node, eventually, refused_at_start, serve_until_exit};
 use support::redis::{RedisCluster, RedisServer, ServerTls, escape};
-use support::tls::{Pair, Pki};
 
 /// The node's user.
 const USER: &str = "pinboard";
@@ -24,19 +24,19 @@ const USER: &str = "pinboard";
 const PASSWORD: &str = "tls-p@ss:w/rd%-0123";
 
 /// A private CA, and a Redis pair it signed for localhost and 127.0.0.1.
-fn pki() -> (Pki, ServerTls) {
-    let pki = Pki::new();
-    let tls = server_tls(&pki, &pki.leaf("redis", "redis"));
+fn pki() -> (Ca, ServerTls) {
+    let pki = Ca::new();
+    let tls = server_tls(&pki, &pki.leaf("redis", &LOCAL));
     (pki, tls)
 }
 
 /// A server presenting `pair`, trusting `pki`'s CA.
-fn server_tls(pki: &Pki, pair: &Pair) -> ServerTls {
-    ServerTls::new(&pair.cert, &pair.key, &pki.ca_file())
+fn server_tls(pki: &Ca, pair: &Pair) -> ServerTls {
+    ServerTls::new(&pair.cert, &pair.key, &pki.cert)
 }
 
-fn ca_setting(pki: &Pki) -> String {
-    pki.ca_file().display().to_string()
+fn ca_setting(pki: &Ca) -> String {
+    pki.cert.display().to_string()
 }
 
 /// Lines of `log` at warn level that contain `what`.
@@ -75,7 +75,7 @@ fn an_acl_user_over_tls_registers_forwards_and_survives_a_certificate_change() {
     // to debug, however long it lasts.
     f.redis.stop();
     f.node.logs("Connection refused");
-    pki.self_signed("redis");
+    pki.untrusted("redis", &LOCAL);
     f.redis.restart();
     f.unavailable_until_fixed(&worker, &session);
     f.node.logs("invalid peer certificate");
@@ -90,7 +90,7 @@ fn an_acl_user_over_tls_registers_forwards_and_survives_a_certificate_change() {
     assert!(retries > warned, "no retry after the first failure:\n{log}");
 
     // A pair the CA signed again: ready, and serving (the restarted Redis lost the registry).
-    pki.leaf("redis", "redis");
+    pki.leaf("redis", &LOCAL);
     f.redis.restart();
     f.node.wait_until_ready();
     f.serves("tls-acl-again");
@@ -131,12 +131,12 @@ fn refused(url: &str, env: &[(&str, &str)], reason: &str) -> String {
 
 #[test]
 fn a_certificate_that_does_not_verify_exits_2_with_one_line() {
-    let pki = Pki::new();
+    let pki = Ca::new();
     let ca = ca_setting(&pki);
     let with_ca = [("PINBOARD_REDIS_CA_FILE", ca.as_str())];
 
     // Signed by no CA the node trusts: with redis_ca_file, and with the system roots alone.
-    let untrusted = server_tls(&pki, &pki.self_signed("untrusted"));
+    let untrusted = server_tls(&pki, &pki.untrusted("untrusted", &LOCAL));
     let redis = RedisServer::start_tls(&untrusted, Some((USER, PASSWORD)));
     let masked = format!("rediss://{USER}:***@127.0.0.1:{}/0", redis.port());
     for env in [&with_ca[..], &[]] {
@@ -153,7 +153,7 @@ fn a_certificate_that_does_not_verify_exits_2_with_one_line() {
     drop(redis);
 
     // Signed by the CA, for another name than the one connected to; the right name works.
-    let named = server_tls(&pki, &pki.leaf_for("named", "redis", &["localhost"]));
+    let named = server_tls(&pki, &pki.leaf("named", &["localhost"]));
     let redis = RedisServer::start_tls(&named, Some((USER, PASSWORD)));
     refused(&redis.url(), &with_ca, "not valid for name");
     let localhost_is_this_one =
@@ -173,7 +173,7 @@ fn a_certificate_that_does_not_verify_exits_2_with_one_line() {
     }
 
     // A CA file that is no PEM certificate is refused before Redis is tried.
-    let junk = pki.dir().join("junk.pem");
+    let junk = pki.path("junk.pem");
     std::fs::write(&junk, "not a certificate").unwrap();
     let (code, stderr) = serve_until_exit(
         &redis.url(),
@@ -211,7 +211,7 @@ fn plain_answering_server() -> u16 {
 
 #[test]
 fn rediss_to_a_server_without_tls_never_hangs() {
-    let pki = Pki::new();
+    let pki = Ca::new();
     let ca = ca_setting(&pki);
     let with_ca = [("PINBOARD_REDIS_CA_FILE", ca.as_str())];
 

@@ -11,15 +11,16 @@ use std::time::Duration;
 
 use rustls::ClientConfig;
 use serde_json::json;
+use support::certs::{Ca, LOCAL, Pair};
 use support::fleet::{Fixture, SHARDS, register_body};
 use support::http::{Client, Reply};
 use support::node::{Node, eventually};
 use support::redis::RedisServer;
-use support::tls::{Pair, Pki, connect, presented, session};
+use support::tls::{client_config, connect, presented, session};
 use support::worker::{Serve, TestWorker};
 
 /// A node serving HTTPS with `pair` (plus `env`), ready, past its cold start.
-fn tls_fixture(pki: &Pki, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
+fn tls_fixture(pki: &Ca, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
     let redis = RedisServer::start();
     let (cert, key) = (
         pair.cert.display().to_string(),
@@ -34,7 +35,7 @@ fn tls_fixture(pki: &Pki, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
         ("PINBOARD_VERIFY_TIMEOUT_MS", "500"),
     ]);
     let node = Node::spawn(&redis.url(), &env);
-    let config = pki.client_config();
+    let config = client_config(&pki);
     let ready = eventually(Duration::from_secs(20), || {
         (0..6).all(|_| {
             session(node.addr, &config).is_ok()
@@ -91,11 +92,11 @@ fn curl(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn curl_with_the_ca_answers_healthz_and_nothing_is_served_in_the_clear() {
-    let pki = Pki::new();
-    let pair = pki.leaf("node", "node-1");
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
     let f = tls_fixture(&pki, &pair, &[]);
     let url = format!("https://localhost:{}/healthz", f.node.addr.port());
-    let ca = pki.ca_file().display().to_string();
+    let ca = pki.cert.display().to_string();
 
     let (ok, text) = curl(&["--cacert", &ca, &url]);
     assert!(ok && text.contains(r#"{"ok":true}"#), "{text}");
@@ -122,17 +123,17 @@ fn curl_with_the_ca_answers_healthz_and_nothing_is_served_in_the_clear() {
     assert!(!answer.starts_with(b"HTTP/"), "{answer:?}");
 
     // ALPN settles on http/1.1.
-    let (_, stream) = session(f.node.addr, &pki.client_config()).unwrap();
+    let (_, stream) = session(f.node.addr, &client_config(&pki)).unwrap();
     assert_eq!(stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
 }
 
 #[test]
 fn a_returning_client_resumes_its_session() {
-    let pki = Pki::new();
-    let pair = pki.leaf("node", "node-1");
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
     let f = tls_fixture(&pki, &pair, &[]);
     // One configuration, so one session cache, as one client process has.
-    let config = pki.client_config();
+    let config = client_config(&pki);
     let resumed = (0..4).any(|_| {
         let mut c = connect(f.node.addr, &config);
         assert_eq!(
@@ -149,10 +150,10 @@ fn a_returning_client_resumes_its_session() {
 
 #[test]
 fn a_forwarded_request_and_an_upgrade_work_over_tls() {
-    let pki = Pki::new();
-    let pair = pki.leaf("node", "node-1");
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
     let f = tls_fixture(&pki, &pair, &[]);
-    let config = pki.client_config();
+    let config = client_config(&pki);
     let worker = TestWorker::start("worker-secret");
     let body = register_body(&worker, "w1", json!({})).to_string();
     let r = post(f.node.addr, &config, "/registry/register", &f.token, &body);
@@ -185,20 +186,20 @@ fn a_forwarded_request_and_an_upgrade_work_over_tls() {
 
 #[test]
 fn sighup_serves_a_new_pair_while_open_connections_keep_theirs() {
-    let pki = Pki::new();
-    let first = pki.leaf("node", "first");
+    let pki = Ca::new();
+    let first = pki.leaf("node", &LOCAL);
     let f = tls_fixture(&pki, &first, &[]);
-    let config = pki.client_config();
+    let config = client_config(&pki);
     let (_, held) = session(f.node.addr, &config).unwrap();
     assert!(presented(&held, &first));
     let mut open = Client::over(held.sock.try_clone().unwrap(), Box::new(held));
 
-    let second = pki.leaf("node", "second");
+    let second = pki.leaf("node", &LOCAL);
     f.node.signal("HUP");
     // A fresh configuration each time: a session resumed from a cached ticket shows the
     // certificate it was first made with.
     let swapped = eventually(Duration::from_secs(5), || {
-        let (_, fresh) = session(f.node.addr, &pki.client_config()).unwrap();
+        let (_, fresh) = session(f.node.addr, &client_config(&pki)).unwrap();
         presented(&fresh, &second)
     });
     assert!(swapped, "{}", f.node.log());
@@ -220,15 +221,15 @@ fn sighup_serves_a_new_pair_while_open_connections_keep_theirs() {
         f.node.log().contains("the certificate pair did not load")
     });
     assert!(refused, "{}", f.node.log());
-    let (_, fresh) = session(f.node.addr, &pki.client_config()).unwrap();
+    let (_, fresh) = session(f.node.addr, &client_config(&pki)).unwrap();
     assert!(presented(&fresh, &second));
     assert_eq!(get(f.node.addr, &config, "/healthz", None).status, 200);
 }
 
 #[test]
 fn a_handshake_that_never_completes_is_closed_like_a_slow_head() {
-    let pki = Pki::new();
-    let pair = pki.leaf("node", "node-1");
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
     let f = tls_fixture(&pki, &pair, &[("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "500")]);
     // A record header promising a ClientHello that never comes.
     let mut slow = TcpStream::connect(f.node.addr).unwrap();
@@ -247,7 +248,7 @@ fn a_handshake_that_never_completes_is_closed_like_a_slow_head() {
     garbage.write_all(&[0xff; 4096]).unwrap();
     let _ = garbage.read_to_end(&mut Vec::new());
     assert_eq!(
-        get(f.node.addr, &pki.client_config(), "/healthz", None).status,
+        get(f.node.addr, &client_config(&pki), "/healthz", None).status,
         200
     );
 }
@@ -272,15 +273,15 @@ fn refused_start(env: &[(&str, &str)]) -> (Option<i32>, String) {
 
 #[test]
 fn a_pair_that_does_not_load_at_start_exits_2_naming_its_key() {
-    let pki = Pki::new();
-    let pair = pki.leaf("node", "node-1");
-    let other = pki.leaf("other", "other");
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
+    let other = pki.leaf("other", &LOCAL);
     let (cert, key) = (
         pair.cert.display().to_string(),
         pair.key.display().to_string(),
     );
-    let missing = pki.dir().join("missing.pem").display().to_string();
-    let junk = pki.dir().join("junk.pem");
+    let missing = pki.path("missing.pem").display().to_string();
+    let junk = pki.path("junk.pem");
     std::fs::write(&junk, "-----BEGIN NOTHING-----\n").unwrap();
     let junk = junk.display().to_string();
     let other_key = other.key.display().to_string();

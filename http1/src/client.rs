@@ -1,6 +1,10 @@
-//! One-shot HTTP/1.1 requests to workers: the registration and heartbeat probes, `_pinned/stats`
-//! calls. A fresh connection per call, one request, the whole (capped) answer, all within one
-//! deadline. The forwarding data plane keeps pooled connections instead; these calls are rare.
+//! Reaching a worker, and one-shot HTTP/1.1 requests to it: the registration and heartbeat
+//! probes, `_pinned/stats` and `_wake` calls (and a worker's calls to its registry). A fresh
+//! connection per call, one request, the whole (capped) answer, all within one deadline. The
+//! forwarding data plane keeps pooled connections instead; these calls are rare.
+//!
+//! Every connection to a worker is made by [`WorkerAddr::connect`]: TCP, then a TLS handshake
+//! when the advertise URL is `https`, verified by the caller's [`ClientTls`].
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -8,13 +12,14 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode, header};
 use monoio::io::AsyncWriteRentExt;
-use monoio::net::TcpStream;
 use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
 use super::chunked::{ChunkedDecoder, Piece};
 use super::request::read_into;
 use crate::error::{Error, Origin};
+use crate::tls::ClientTls;
+use crate::transport::Transport;
 
 const MAX_HEAD: usize = 64 * 1024;
 
@@ -76,9 +81,20 @@ impl WorkerAddr {
         })
     }
 
-    /// A TCP connection to the worker; a host name is resolved off the event loop.
-    pub async fn connect(&self) -> std::io::Result<TcpStream> {
-        super::resolve::connect(&self.host, self.ip, self.port).await
+    /// A connection to the worker: TCP (a host name resolved off the event loop, Nagle off),
+    /// then, for an `https` URL, the TLS handshake, with SNI and the certificate verified by
+    /// `tls` (against the host name, or an IP literal's address). A failed handshake is an
+    /// error whose message starts `TLS handshake: ` and carries rustls' reason (an unknown
+    /// issuer, a name the certificate is not valid for).
+    pub async fn connect(&self, tls: &ClientTls) -> std::io::Result<Transport> {
+        let tcp = super::resolve::connect(&self.host, self.ip, self.port).await?;
+        let _ = tcp.set_nodelay(true);
+        if !self.tls {
+            return Ok(Transport::Plain(tcp));
+        }
+        tls.connect(tcp, &self.host)
+            .await
+            .map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake: {e}")))
     }
 
     /// `host:port` as a Host header writes it (IPv6 literals in brackets).
@@ -98,11 +114,14 @@ pub struct Answer {
 }
 
 /// Sends one request to `target` at `path` (which must start with `/`) and reads the answer,
-/// all within `deadline`. The body is capped at `max_body` bytes. An error is retryable when
-/// the request never reached the worker (the connection could not be made): sending it again
-/// cannot act twice. A timeout is not: the worker may have the request.
+/// all within `deadline`; an `https` target is verified by `tls`. The body is capped at
+/// `max_body` bytes. An error is retryable when the request never reached the worker (the
+/// connection or its TLS handshake could not be made): sending it again cannot act twice. A
+/// timeout is not: the worker may have the request.
+#[allow(clippy::too_many_arguments)]
 pub async fn fetch(
     target: &WorkerAddr,
+    tls: &ClientTls,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
@@ -112,7 +131,7 @@ pub async fn fetch(
 ) -> Result<Answer, Error> {
     match monoio::time::timeout(
         deadline,
-        exchange(target, method, path, headers, body, max_body),
+        exchange(target, tls, method, path, headers, body, max_body),
     )
     .await
     {
@@ -123,6 +142,7 @@ pub async fn fetch(
 
 async fn exchange(
     target: &WorkerAddr,
+    tls: &ClientTls,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
@@ -130,18 +150,10 @@ async fn exchange(
     max_body: usize,
 ) -> Result<Answer, Error> {
     let upstream = |context: &'static str| move |e| Error::because(Origin::Upstream, context, e);
-    if target.tls {
-        return Err(Error::new(
-            Origin::Upstream,
-            "https advertise URLs are not supported yet",
-        )
-        .retryable(true));
-    }
     let mut stream = target
-        .connect()
+        .connect(tls)
         .await
         .map_err(|e| upstream("connecting")(e).retryable(true))?;
-    let _ = stream.set_nodelay(true);
 
     let mut out = Vec::with_capacity(256 + body.len());
     out.extend_from_slice(method.as_str().as_bytes());

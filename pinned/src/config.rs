@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +19,13 @@ pub use pinboard_protocol::Takeover;
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The registry's base URL: the node's address plus its `base_path`
-    /// (`http://127.0.0.1:8080`, `http://pinboard.internal/edge`). `/registry/...` is appended.
+    /// (`http://127.0.0.1:8080`, `https://pinboard.internal/edge`). `/registry/...` is appended.
+    /// An `https` registry is called over TLS, its certificate verified against the system
+    /// roots plus [`registry_ca_file`](Self::registry_ca_file).
     pub registry: String,
+    /// A PEM file of CA certificates trusted, besides the system roots (`/etc/ssl/certs`), when
+    /// verifying an `https` registry's certificate.
+    pub registry_ca_file: Option<PathBuf>,
     /// The Passport credential sent as `Authorization: Bearer`.
     pub token: String,
     pub client_id: String,
@@ -27,9 +33,17 @@ pub struct Config {
     pub namespaces: Vec<String>,
     /// Where to listen; port 0 lets the kernel pick.
     pub listen: SocketAddr,
-    /// The URL Pinboard reaches this worker at. Default: `http://` + the bound address
-    /// (loopback in place of an unspecified address).
+    /// The URL Pinboard reaches this worker at. Default: `http://` (`https://` with
+    /// [`tls_cert_file`](Self::tls_cert_file)) + the bound address (loopback in place of an
+    /// unspecified address). It is `https` exactly when the worker serves TLS.
     pub advertise_url: Option<String>,
+    /// With [`tls_key_file`](Self::tls_key_file): the listener speaks HTTPS (TLS 1.2 and 1.3,
+    /// ALPN `http/1.1`) with this PEM certificate chain, leaf first. Pinboard verifies it
+    /// against the system roots plus its `forwards.ca_file`, for the advertise URL's host (a
+    /// name, or an IP literal as an IP address of the certificate).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The certificate's private key (PEM: PKCS#8, RSA or EC); set with `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
     /// Capacity announced at registration and on every heartbeat; see
     /// [`Handle::set_headroom`](crate::Handle::set_headroom).
     pub headroom: u64,
@@ -72,11 +86,14 @@ impl Config {
     pub fn new(registry: &str, token: &str, client_id: &str, namespaces: &[&str]) -> Config {
         Config {
             registry: registry.to_owned(),
+            registry_ca_file: None,
             token: token.to_owned(),
             client_id: client_id.to_owned(),
             namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise_url: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             headroom: 100,
             hostname: None,
             env: None,
@@ -97,13 +114,10 @@ impl Config {
     pub(crate) fn validate(&self) -> Result<WorkerAddr, String> {
         let registry = WorkerAddr::parse(&self.registry).map_err(|_| {
             format!(
-                "registry URL {:?} is not an http URL with a host",
+                "registry URL {:?} is not an http or https URL with a host",
                 self.registry
             )
         })?;
-        if registry.tls {
-            return Err("https registry URLs are not supported".into());
-        }
         if self.client_id.is_empty() {
             return Err("client id is empty".into());
         }
@@ -120,20 +134,39 @@ impl Config {
                 "envs names {unknown}, which is not a registered namespace"
             ));
         }
+        if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
+            return Err("tls_cert_file and tls_key_file are set together or not at all".into());
+        }
         if let Some(url) = &self.advertise_url {
             let addr = WorkerAddr::parse(url).map_err(|rule| format!("{rule}: {url:?}"))?;
-            if addr.tls {
-                return Err(
-                    "this worker serves plain HTTP: an https advertise URL needs a \
-                            TLS terminator in front, advertised by it"
-                        .into(),
-                );
+            match (addr.tls, self.serves_tls()) {
+                (true, false) => {
+                    return Err(
+                        "this worker serves plain HTTP: an https advertise URL needs \
+                         tls_cert_file and tls_key_file"
+                            .into(),
+                    );
+                }
+                (false, true) => {
+                    return Err(
+                        "this worker serves HTTPS (tls_cert_file): its advertise URL must be https"
+                            .into(),
+                    );
+                }
+                _ => {}
             }
         }
         if self.threads == 0 {
             return Err("threads must be at least 1".into());
         }
         Ok(registry)
+    }
+}
+
+impl Config {
+    /// Whether the listener speaks TLS.
+    pub(crate) fn serves_tls(&self) -> bool {
+        self.tls_cert_file.is_some()
     }
 }
 
@@ -153,9 +186,28 @@ mod tests {
     fn refuses_what_could_never_register() {
         let good = Config::new("http://127.0.0.1:8080/edge", "t", "c", &["/threads"]);
         assert_eq!(good.validate().unwrap().base, "/edge");
-        let cases: [(Change, &str); 7] = [
+        let mut https = good.clone();
+        https.registry = "https://pinboard.internal/edge".into();
+        assert!(https.validate().unwrap().tls);
+        let cases: [(Change, &str); 10] = [
             (|c| c.registry = "127.0.0.1:8080".into(), "registry URL"),
-            (|c| c.registry = "https://pinboard".into(), "https registry"),
+            (|c| c.registry = "ftp://pinboard".into(), "registry URL"),
+            (
+                |c| c.tls_cert_file = Some("cert.pem".into()),
+                "tls_cert_file and tls_key_file",
+            ),
+            (
+                |c| c.advertise_url = Some("https://w:1".into()),
+                "needs tls_cert_file",
+            ),
+            (
+                |c| {
+                    c.tls_cert_file = Some("cert.pem".into());
+                    c.tls_key_file = Some("key.pem".into());
+                    c.advertise_url = Some("http://w:1".into());
+                },
+                "must be https",
+            ),
             (
                 |c| c.namespaces = vec!["threads".into()],
                 "namespace \"threads\"",

@@ -295,7 +295,12 @@ mod tests {
         let url = format!("http://{}/edge", registry.local_addr().unwrap());
         let mut config = Config::new(&url, "tok", "c-1", &["/threads"]);
         config.durability = Some(store.clone());
-        let client = Registry::new(config.validate().unwrap(), "tok", Duration::from_secs(5));
+        let client = Registry::new(
+            config.validate().unwrap(),
+            pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
+            "tok",
+            Duration::from_secs(5),
+        );
         let addr = registry.local_addr().unwrap();
         let shared = Arc::new(Shared::new(
             config,
@@ -377,7 +382,12 @@ mod tests {
         // Without a store there is nothing to schedule with.
         let mut bare = Config::new(&url, "tok", "c-1", &["/threads"]);
         bare.durability = None;
-        let client = Registry::new(bare.validate().unwrap(), "tok", Duration::from_secs(5));
+        let client = Registry::new(
+            bare.validate().unwrap(),
+            pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
+            "tok",
+            Duration::from_secs(5),
+        );
         let handle = Handle::new(Arc::new(Shared::new(
             bare,
             client,

@@ -15,8 +15,9 @@
 //!   sweep's `POST /{ns}/{id}/_wake` through [`App::on_wake`] and schedules wakes
 //!   ([`Handle::schedule_wake`]) with the node (contract §7).
 //!
-//! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) comes from
-//! `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
+//! HTTP/1.1 (the server loop, the one-shot client the registry calls go through) and TLS (an
+//! HTTPS listener with [`Config::tls_cert_file`], an `https` registry verified with
+//! [`Config::registry_ca_file`]) come from `pinboard-http`, the crate the node speaks HTTP with too, on monoio event loops; the header
 //! names, attestation purposes and takeover policies from `pinboard-protocol`. Neither is the
 //! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] (with its
 //! [`Origin`]) and [`DriverKind`] are re-exported for applications.

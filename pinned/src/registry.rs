@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use http::Method;
+use pinboard_http::tls::ClientTls;
 use pinboard_http::{WorkerAddr, fetch};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -55,14 +56,17 @@ impl CallError {
 
 pub(crate) struct Registry {
     addr: WorkerAddr,
+    /// What an `https` registry's certificate is verified with.
+    tls: ClientTls,
     authorization: String,
     timeout: Duration,
 }
 
 impl Registry {
-    pub fn new(addr: WorkerAddr, token: &str, timeout: Duration) -> Registry {
+    pub fn new(addr: WorkerAddr, tls: ClientTls, token: &str, timeout: Duration) -> Registry {
         Registry {
             addr,
+            tls,
             authorization: format!("Bearer {token}"),
             timeout,
         }
@@ -83,6 +87,7 @@ impl Registry {
         let body = serde_json::to_vec(body).expect("request serializes");
         let answer = fetch(
             &self.addr,
+            &self.tls,
             Method::POST,
             &path,
             &headers,

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use pinboard_http::tls::ServerTls;
 use pinboard_http::{DriverKind, Limits, serve_connection};
 use tracing::{error, warn};
 
@@ -44,20 +45,24 @@ pub(crate) fn bind(
         .collect()
 }
 
+/// With `tls`, every serving thread speaks HTTPS on its listener.
 pub(crate) fn spawn_serving<A: App>(
     shared: &Arc<Shared>,
     app: &Arc<A>,
     listeners: Vec<std::net::TcpListener>,
+    tls: Option<Arc<ServerTls>>,
 ) -> std::io::Result<Vec<JoinHandle<()>>> {
     listeners
         .into_iter()
         .enumerate()
         .map(|(index, listener)| {
             let surface = Surface::new(shared.clone(), app.clone());
-            let shared = shared.clone();
+            let (shared, tls) = (shared.clone(), tls.clone());
             std::thread::Builder::new()
                 .name(format!("pinned-serve-{index}"))
-                .spawn(move || block_on(shared.driver, serve(listener, surface, shared.clone())))
+                .spawn(move || {
+                    block_on(shared.driver, serve(listener, surface, shared.clone(), tls))
+                })
         })
         .collect()
 }
@@ -136,8 +141,14 @@ fn block_on<F: Future>(driver: DriverKind, future: F) -> F::Output {
 }
 
 /// One serving thread: accepts until the serving stop fires, then lets open connections
-/// finish within the shutdown grace.
-async fn serve<A: App>(listener: std::net::TcpListener, surface: Surface<A>, shared: Arc<Shared>) {
+/// finish within the shutdown grace. With `tls`, each connection is a TLS handshake first
+/// (bounded by the header timeout).
+async fn serve<A: App>(
+    listener: std::net::TcpListener,
+    surface: Surface<A>,
+    shared: Arc<Shared>,
+    tls: Option<Arc<ServerTls>>,
+) {
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(listener) => listener,
         Err(e) => {
@@ -162,15 +173,17 @@ async fn serve<A: App>(listener: std::net::TcpListener, surface: Surface<A>, sha
         };
         match accepted {
             Ok((stream, peer)) => {
-                let (surface, limits, active, shutdown) = (
+                let (surface, limits, active, shutdown, tls) = (
                     surface.clone(),
                     limits.clone(),
                     active.clone(),
                     shutdown.clone(),
+                    tls.clone(),
                 );
                 active.set(active.get() + 1);
                 monoio::spawn(async move {
-                    serve_connection(stream, peer, &*surface, &limits, &shutdown, None).await;
+                    let tls = tls.as_deref();
+                    serve_connection(stream, peer, &*surface, &limits, &shutdown, tls).await;
                     active.set(active.get() - 1);
                 });
             }

@@ -400,15 +400,19 @@ mod tests {
 
         fn on(driver: DriverKind, advertise_path: &str) -> Serving {
             let config = Config::new("http://127.0.0.1:9", "token", "c-1", &["/threads", "/docs"]);
-            let registry =
-                Registry::new(config.validate().unwrap(), "token", Duration::from_secs(1));
+            let registry = Registry::new(
+                config.validate().unwrap(),
+                pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
+                "token",
+                Duration::from_secs(1),
+            );
             let listeners = bind(config.listen, 1).unwrap();
             let addr = listeners[0].local_addr().unwrap();
             let advertise = format!("http://{addr}{advertise_path}");
             let driver = choose_driver(driver).unwrap();
             let base = advertise_path.to_owned();
             let shared = Arc::new(Shared::new(config, registry, advertise, base, addr, driver));
-            let threads = spawn_serving(&shared, &Arc::new(Describe), listeners).unwrap();
+            let threads = spawn_serving(&shared, &Arc::new(Describe), listeners, None).unwrap();
             Serving { shared, threads }
         }
 

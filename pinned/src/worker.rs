@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
 use pinboard_http::WorkerAddr;
+use pinboard_http::tls::{Alpn, ClientTls, PemFile, ServerTls};
 
 use crate::app::App;
 use crate::config::Config;
@@ -38,16 +39,17 @@ impl Worker {
     pub fn start<A: App>(config: Config, app: A) -> Result<Worker, StartError> {
         let registry = config.validate().map_err(StartError::Config)?;
         let driver = choose_driver(config.driver).map_err(StartError::Config)?;
+        let (listener_tls, registry_tls) = load_tls(&config)?;
         let listeners = bind(config.listen, config.threads)?;
         let local_addr = listeners[0].local_addr()?;
         let advertise_url = config
             .advertise_url
             .clone()
-            .unwrap_or_else(|| default_advertise_url(local_addr));
+            .unwrap_or_else(|| default_advertise_url(local_addr, listener_tls.is_some()));
         let base = WorkerAddr::parse(&advertise_url)
             .map_err(|rule| StartError::Config(rule.to_owned()))?
             .base;
-        let registry = Registry::new(registry, &config.token, config.call_timeout);
+        let registry = Registry::new(registry, registry_tls, &config.token, config.call_timeout);
         let shared = Arc::new(Shared::new(
             config,
             registry,
@@ -58,10 +60,11 @@ impl Worker {
         ));
         let app = Arc::new(app);
         // On a failure, the threads already started end with the serving stop.
-        let spawned = spawn_serving(&shared, &app, listeners).and_then(|mut threads| {
-            threads.push(spawn_control(&shared, &app)?);
-            Ok(threads)
-        });
+        let spawned =
+            spawn_serving(&shared, &app, listeners, listener_tls).and_then(|mut threads| {
+                threads.push(spawn_control(&shared, &app)?);
+                Ok(threads)
+            });
         let threads = spawned.inspect_err(|_| shared.serving_stop.fire())?;
         Ok(Worker {
             handle: Handle::new(shared),
@@ -99,13 +102,32 @@ impl Drop for Worker {
     }
 }
 
-/// `http://` + the bound address, with loopback in place of an unspecified address (which
-/// Pinboard could not connect to).
-fn default_advertise_url(addr: SocketAddr) -> String {
+/// The listener's certificate pair when it serves TLS, and the trust the registry's certificate
+/// is verified with (the system roots plus `registry_ca_file`). An error names the setting.
+fn load_tls(config: &Config) -> Result<(Option<Arc<ServerTls>>, ClientTls), StartError> {
+    let listener = match (&config.tls_cert_file, &config.tls_key_file) {
+        (Some(cert), Some(key)) => Some(Arc::new(ServerTls::load(cert, key).map_err(|e| {
+            let setting = match e.file {
+                PemFile::Key => "tls_key_file",
+                _ => "tls_cert_file",
+            };
+            StartError::Config(format!("{setting}: {e}"))
+        })?)),
+        _ => None,
+    };
+    let registry = ClientTls::new(config.registry_ca_file.as_deref(), Alpn::Http1)
+        .map_err(|e| StartError::Config(format!("registry_ca_file: {e}")))?;
+    Ok((listener, registry))
+}
+
+/// `http://` (`https://` when the listener serves TLS) + the bound address, with loopback in
+/// place of an unspecified address (which Pinboard could not connect to).
+fn default_advertise_url(addr: SocketAddr, tls: bool) -> String {
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    format!("http://{}", SocketAddr::new(ip, addr.port()))
+    let scheme = if tls { "https" } else { "http" };
+    format!("{scheme}://{}", SocketAddr::new(ip, addr.port()))
 }

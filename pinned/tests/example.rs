@@ -7,10 +7,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
 use support::node::{Node, token};
+use support::process::Output;
 use support::redis::RedisServer;
 use support::{SHARDS, end_cold_start, eventually, keys};
 
@@ -52,21 +52,7 @@ impl Example {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn pinned-example");
-        let (send, lines) = channel();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = send.send(line);
-            }
-        });
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let written = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                written.lock().unwrap().push(line);
-            }
-        });
+        let Output { lines, log } = Output::capture(&mut child);
         let line = |prefix: &str| {
             let line = lines
                 .recv_timeout(Duration::from_secs(15))

@@ -24,6 +24,7 @@ use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Purpose, Signer};
 use crate::clock::now_ms;
 use crate::error::Error;
+use crate::http::tls::ClientTls;
 use crate::http::{Request, Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
@@ -329,10 +330,11 @@ pub async fn stats(core: &Core, credential: &Credential) -> Handled {
     // A sliding window: at most 8 calls in flight, and each one that ends lets the next start
     // (one slow worker holds one slot, not a whole batch). Unordered, so that finished calls
     // behind a slow one free their slots; the listing's order is restored after.
+    let tls = &core.shared.tls.workers;
     let calls = sessions
         .iter()
         .enumerate()
-        .map(|(i, s)| async move { (i, worker_stats(s).await) });
+        .map(|(i, s)| async move { (i, worker_stats(s, tls).await) });
     let mut answered: Vec<(usize, Value)> = futures_util::stream::iter(calls)
         .buffer_unordered(STATS_CONCURRENCY)
         .collect()
@@ -346,14 +348,15 @@ pub async fn stats(core: &Core, credential: &Credential) -> Handled {
 }
 
 /// One worker's `/_pinned/stats`, attested for its session, cut down to its visible
-/// namespaces; `error: "unreachable"` when it does not answer with a JSON object in time.
-async fn worker_stats(session: &Session) -> Value {
+/// namespaces; `error: "unreachable"` when it does not answer with a JSON object in time (an
+/// `https` worker whose certificate does not verify with `tls` included).
+async fn worker_stats(session: &Session, tls: &ClientTls) -> Value {
     let mut entry = json!({
         "sessionId": session.session_id,
         "clientId": session.client_id,
         "hostname": session.hostname,
     });
-    match fetch_stats(session).await {
+    match fetch_stats(session, tls).await {
         Some(mut stats) => {
             let visible = |ns: &str| session.namespaces.iter().any(|n| n == ns);
             if let Some(Value::Array(list)) = stats.get_mut("namespaces") {
@@ -369,7 +372,7 @@ async fn worker_stats(session: &Session) -> Value {
     entry
 }
 
-async fn fetch_stats(session: &Session) -> Option<Map<String, Value>> {
+async fn fetch_stats(session: &Session, tls: &ClientTls) -> Option<Map<String, Value>> {
     let addr = WorkerAddr::parse(&session.advertise_url).ok()?;
     let iat = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
     let mut token = Vec::new();
@@ -386,6 +389,7 @@ async fn fetch_stats(session: &Session) -> Option<Map<String, Value>> {
     let headers = [(name.as_str(), token.as_str())];
     let answer = fetch(
         &addr,
+        tls,
         Method::GET,
         "/_pinned/stats",
         &headers,

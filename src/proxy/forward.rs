@@ -16,6 +16,7 @@ use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
 use super::headers::{self, BodyFraming, Forwarded};
+use crate::http::tls::ClientTls;
 use crate::http::{
     BodyError, ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into,
     write_all_within,
@@ -72,6 +73,8 @@ pub fn upgrade_protocol(head: &http::request::Parts) -> Option<HeaderValue> {
 
 pub struct Exchange<'a> {
     pub addr: &'a WorkerAddr,
+    /// What an `https` worker's certificate is verified with (the node's trust for workers).
+    pub tls: &'a ClientTls,
     pub path_and_query: &'a str,
     pub forwarded: Forwarded<'a>,
     pub timeout: Duration,
@@ -112,9 +115,17 @@ pub async fn exchange(
     for attempt in 0..2 {
         let mut upstream = match conn.take() {
             Some(c) => c,
-            None => match connect(exchange.addr, exchange.timeout).await {
+            None => match connect(exchange.addr, exchange.tls, exchange.timeout).await {
                 Ok(c) => c,
-                Err(_) => return (Outcome::Unreachable, None),
+                Err(e) => {
+                    // A TLS worker whose certificate does not verify lands here too.
+                    tracing::debug!(
+                        worker = %exchange.addr.authority(),
+                        error = %e,
+                        "forward: worker unreachable"
+                    );
+                    return (Outcome::Unreachable, None);
+                }
             },
         };
         // A slow connect can outlive the placement it was for; the worker's epoch guard
@@ -385,10 +396,11 @@ async fn switch(
 /// Copies client → worker and worker → client on this task until both directions are done.
 ///
 /// An end of stream on one side is passed on as a half-close (`shutdown(SHUT_WR)` of the other
-/// side's socket) while the other direction keeps flowing, as TCP allows: a peer that stops
-/// sending may still be owed bytes (a WebSocket server's closing frame after the client's FIN,
-/// or any protocol's last answer after the request side shut), and closing both at the first
-/// EOF would cut those off or reset them. So that a peer which never closes after a half-close
+/// side's socket; over TLS, to an `https` worker or an HTTPS client, a `close_notify` first)
+/// while the other direction keeps flowing, as TCP allows: a peer that stops sending may still
+/// be owed bytes (a WebSocket server's closing frame after the client's FIN, or any
+/// protocol's last answer after the request side shut), and closing both at the first EOF
+/// would cut those off or reset them. So that a peer which never closes after a half-close
 /// cannot pin the tunnel, the remaining direction ends once it moves nothing for `idle` (the
 /// forward timeout). A failure either way (reset, write error) ends both at once: the failed
 /// peer can take nothing more.

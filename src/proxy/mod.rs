@@ -181,6 +181,7 @@ pub async fn handle(
             .sign_into(&claims, &mut buffers.claims, &mut buffers.token);
         let exchange = forward::Exchange {
             addr: &worker.addr,
+            tls: &core.shared.tls.workers,
             path_and_query,
             forwarded: Forwarded {
                 peer: req.peer.ip(),

@@ -70,6 +70,7 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
     let timeout = Duration::from_millis(core.shared.config.verify_timeout_ms);
     let probed = probe(
         &advertise,
+        &core.shared.tls.workers,
         &session.secret,
         &body.challenge,
         &body.challenge_value,

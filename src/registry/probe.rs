@@ -1,5 +1,7 @@
 //! The ownership probe: `GET {advertiseUrl}/_pinned/challenge?challenge=…` with the worker's
-//! secret, which only the worker that sent the challenge can answer with its value.
+//! secret, which only the worker that sent the challenge can answer with its value. An `https`
+//! worker is probed over TLS, its certificate verified with the node's trust for workers (the
+//! system roots plus `forwards.ca_file`): one that does not verify fails the probe.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use serde_json::Value;
 
 use pinboard_protocol::header;
 
+use crate::http::tls::ClientTls;
 use crate::http::{WorkerAddr, fetch};
 
 /// Probe answers are tiny; anything bigger is not a worker talking.
@@ -25,6 +28,7 @@ pub enum Probe {
 
 pub async fn probe(
     worker: &WorkerAddr,
+    tls: &ClientTls,
     secret: &str,
     challenge: &str,
     expected: &Value,
@@ -35,6 +39,7 @@ pub async fn probe(
     let headers = [(name.as_str(), secret)];
     let answer = match fetch(
         worker,
+        tls,
         Method::GET,
         &path,
         &headers,

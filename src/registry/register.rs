@@ -66,7 +66,16 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
     s.account = account_of(credential);
 
     let timeout = Duration::from_millis(config.verify_timeout_ms);
-    match probe(&advertise, &s.secret, &challenge, &challenge_value, timeout).await {
+    match probe(
+        &advertise,
+        &core.shared.tls.workers,
+        &s.secret,
+        &challenge,
+        &challenge_value,
+        timeout,
+    )
+    .await
+    {
         Probe::Pass => {}
         outcome => {
             warn!(client = %s.client_id, url = %s.advertise_url, ?outcome, "registration probe failed");

@@ -17,6 +17,7 @@ use pinboard_protocol::header;
 use crate::attestation::{Claims, Instance, Purpose, Signer};
 use crate::clock::{now_ms, now_secs};
 use crate::error::Error;
+use crate::http::tls::ClientTls;
 use crate::http::{WorkerAddr, fetch};
 use crate::node::Core;
 use crate::placement::{self, Outcome, Placement};
@@ -148,7 +149,8 @@ async fn wake_one(
         return Ok(Woke::Pending);
     };
     let timeout = Duration::from_millis(config.verify_timeout_ms);
-    match call_wake(&url, &secret, ns, &wake.id, &placement, timeout).await {
+    let tls = &core.shared.tls.workers;
+    match call_wake(&url, tls, &secret, ns, &wake.id, &placement, timeout).await {
         Ok(StatusCode::OK) => {
             let gone = store.woken(bucket, env, ns, &wake.id, wake.at).await?;
             Ok(Woke::Resident { left: !gone })
@@ -172,6 +174,7 @@ async fn wake_one(
 /// `POST {advertiseUrl}{ns}/{id}/_wake`, attested for the instance at its epoch.
 async fn call_wake(
     url: &str,
+    tls: &ClientTls,
     secret: &str,
     ns: &str,
     id: &str,
@@ -206,6 +209,7 @@ async fn call_wake(
     ];
     let answer = fetch(
         &addr,
+        tls,
         Method::POST,
         &path,
         &headers,

@@ -6,15 +6,19 @@
 //! is dropped once it is older than [`MAX_IDLE_AGE`]: when it is next taken, or at the sweep
 //! of the whole pool that a take or a put runs every [`SWEEP_EVERY`], which is what closes the
 //! connections to a worker that nothing is sent to any more (stopped, deregistered, or moved).
+//!
+//! A connection to an `https` worker is kept and reused the same way, its TLS session with it:
+//! a reuse costs no handshake. The key is the whole advertise URL, scheme included, so a plain
+//! and a TLS connection to one host and port are never mistaken for each other.
 
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 use ahash::AHashMap;
 use bytes::BytesMut;
-use monoio::net::TcpStream;
 
-use crate::http::WorkerAddr;
+use crate::http::tls::ClientTls;
+use crate::http::{Transport, WorkerAddr};
 
 /// Idle connections kept per worker address.
 const MAX_IDLE: usize = 64;
@@ -25,7 +29,8 @@ const MAX_IDLE_AGE: Duration = Duration::from_secs(30);
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Upstream {
-    pub stream: TcpStream,
+    /// Plain TCP, or TLS over it for an `https` worker.
+    pub stream: Transport,
     /// Bytes read from the worker and not yet consumed.
     pub buf: BytesMut,
     /// Whether this connection already carried a request (a failure on it may be a stale
@@ -105,13 +110,17 @@ impl Pool {
     }
 }
 
-/// A fresh connection to `addr`, within `deadline`.
-pub async fn connect(addr: &WorkerAddr, deadline: Duration) -> std::io::Result<Upstream> {
-    let stream = match monoio::time::timeout(deadline, addr.connect()).await {
+/// A fresh connection to `addr` (its TLS handshake included, verified by `tls`), within
+/// `deadline`.
+pub async fn connect(
+    addr: &WorkerAddr,
+    tls: &ClientTls,
+    deadline: Duration,
+) -> std::io::Result<Upstream> {
+    let stream = match monoio::time::timeout(deadline, addr.connect(tls)).await {
         Ok(result) => result?,
         Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
     };
-    let _ = stream.set_nodelay(true);
     Ok(Upstream {
         stream,
         buf: BytesMut::with_capacity(8192),
@@ -127,9 +136,10 @@ mod tests {
     async fn upstreams(listener: &std::net::TcpListener, n: usize) -> Vec<Upstream> {
         let addr =
             WorkerAddr::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let tls = ClientTls::new(None, crate::http::tls::Alpn::Http1).unwrap();
         let mut conns = Vec::new();
         for _ in 0..n {
-            conns.push(connect(&addr, Duration::from_secs(5)).await.unwrap());
+            conns.push(connect(&addr, &tls, Duration::from_secs(5)).await.unwrap());
         }
         conns
     }

@@ -78,6 +78,13 @@ impl Fixture {
         r.json()["sessionId"].as_str().unwrap().to_string()
     }
 
+    /// [`registered`](Self::registered) at another advertise URL (a TLS front's, say).
+    pub fn registered_at(&self, worker: &TestWorker, url: &str) -> String {
+        let r = self.register(worker, "w1", json!({ "advertiseUrl": url }));
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), self.node.log());
+        r.json()["sessionId"].as_str().unwrap().to_string()
+    }
+
     pub fn heartbeat(&self, worker: &TestWorker, session: &str, extra: Value) -> Reply {
         let (challenge, value) = worker.challenge();
         let mut body = json!({

@@ -3,12 +3,15 @@
 #![allow(dead_code)]
 
 pub mod attest;
+pub mod certs;
 pub mod cluster;
 pub mod fleet;
 pub mod http;
 pub mod node;
+pub mod process;
 pub mod redis;
 pub mod tls;
+pub mod tls_front;
 pub mod worker;
 
 /// The key names the node under test uses (default prefix): tests read Redis through the same

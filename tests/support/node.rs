@@ -20,22 +20,7 @@ fn binary() -> PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_pinboard") {
         return path.into();
     }
-    if let Some(path) = std::env::var_os("PINBOARD_BIN") {
-        return path.into();
-    }
-    // A test executable lives in target/debug/deps/.
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let bin = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/debug/deps")
-        .join("pinboard");
-    assert!(
-        bin.exists(),
-        "no pinboard binary at {}: run `cargo build -p pinboard` first, or set PINBOARD_BIN",
-        bin.display()
-    );
-    bin
+    super::process::sibling_binary("pinboard", "PINBOARD_BIN", "cargo build -p pinboard")
 }
 
 pub struct Node {

@@ -7,7 +7,7 @@
 //! node under test is given that user's URL.
 //!
 //! `start_tls` (either kind) makes every node TLS-only (`--port 0 --tls-port P`, a cluster's bus
-//! and replication too), presenting a certificate pair the test made (`support::tls::Pki`), and not
+//! and replication too), presenting a certificate pair the test made (`support::certs::Ca`), and not
 //! asking clients for one; `url` is then `rediss://`. The helpers' own redis-cli connects over
 //! TLS without verifying: what is under test is the node's verification.
 
@@ -52,7 +52,7 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// A certificate chain and key (a `support::tls::Pair`'s), and the CA file.
+    /// A certificate chain and key (a `support::certs::Pair`'s), and the CA file.
     pub fn new(cert: &Path, key: &Path, ca: &Path) -> ServerTls {
         ServerTls {
             cert: cert.to_owned(),

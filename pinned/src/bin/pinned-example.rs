@@ -22,6 +22,10 @@
 //! session, epoch, start and end in wall-clock µs, status): what `scripts/chaos`'s ownership
 //! checker reads.
 //!
+//! With `--tls-cert-file` and `--tls-key-file` it serves HTTPS (its advertise URL is then
+//! `https://…`); a `--registry https://…` is called over TLS, verified against the system roots
+//! plus `--registry-ca-file`.
+//!
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
@@ -57,9 +61,13 @@ const MAX_ECHO: usize = 1024 * 1024;
     about = "Echo/counter instance server on the pinned worker library"
 )]
 struct Args {
-    /// Registry base URL: the node's address plus its base_path.
+    /// Registry base URL: the node's address plus its base_path (`https://…` for a node that
+    /// serves HTTPS).
     #[arg(long, env = "PINNED_REGISTRY")]
     registry: String,
+    /// PEM file of CA certificates trusted, besides the system roots, for an https registry.
+    #[arg(long, env = "PINNED_REGISTRY_CA_FILE")]
+    registry_ca_file: Option<PathBuf>,
     /// Passport credential with the pinboard:worker scope.
     #[arg(long, env = "PINNED_TOKEN", hide_env_values = true)]
     token: String,
@@ -75,9 +83,16 @@ struct Args {
     namespaces: Vec<String>,
     #[arg(long, env = "PINNED_CLIENT_ID", default_value = "pinned-example")]
     client_id: String,
-    /// The URL Pinboard reaches this worker at (default: http:// + the bound address).
+    /// The URL Pinboard reaches this worker at (default: http:// + the bound address, https://
+    /// with --tls-cert-file).
     #[arg(long, env = "PINNED_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key-file.
+    #[arg(long, env = "PINNED_TLS_CERT_FILE", requires = "tls_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The certificate's PEM private key; needs --tls-cert-file.
+    #[arg(long, env = "PINNED_TLS_KEY_FILE", requires = "tls_cert_file")]
+    tls_key_file: Option<PathBuf>,
     #[arg(long, env = "PINNED_HEADROOM", default_value_t = 100)]
     headroom: u64,
     #[arg(long, env = "PINNED_THREADS", default_value_t = 1)]
@@ -127,6 +142,9 @@ impl Args {
         let mut config = Config::new(&self.registry, &self.token, &self.client_id, &namespaces);
         config.listen = self.listen;
         config.advertise_url = self.advertise_url;
+        config.registry_ca_file = self.registry_ca_file;
+        config.tls_cert_file = self.tls_cert_file;
+        config.tls_key_file = self.tls_key_file;
         config.headroom = self.headroom;
         config.threads = self.threads;
         config.driver = match self.driver.as_str() {

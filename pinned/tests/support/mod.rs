@@ -3,10 +3,14 @@
 //! Every test binary uses part of this, so unused items are expected here.
 #![allow(dead_code)]
 
+#[path = "../../../tests/support/certs.rs"]
+pub mod certs;
 #[path = "../../../tests/support/http.rs"]
 pub mod http;
 #[path = "../../../tests/support/node.rs"]
 pub mod node;
+#[path = "../../../tests/support/process.rs"]
+pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
 
