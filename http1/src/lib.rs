@@ -15,7 +15,7 @@ mod head;
 mod json;
 mod path;
 mod request;
-mod resolve;
+pub mod resolve;
 mod response;
 mod server;
 mod shutdown;

@@ -1,4 +1,5 @@
-//! Connecting to a worker by its advertise host without blocking the core.
+//! Connecting to a host by name without blocking the core: a worker by its advertise host, a
+//! Redis server by its `redis_url` host.
 //!
 //! `getaddrinfo` blocks, for as long as a DNS server takes to answer (seconds when one is
 //! down), and monoio's own `TcpStream::connect` calls it on the event-loop thread: one slow
@@ -12,6 +13,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use monoio::net::TcpStream;
 
 /// A connection to `host:port`; `ip` is `host` already parsed as an IP literal, when it is one.
+/// Every address a name has is tried in turn.
 pub async fn connect(host: &str, ip: Option<IpAddr>, port: u16) -> io::Result<TcpStream> {
     if let Some(ip) = ip {
         return TcpStream::connect_addr(SocketAddr::new(ip, port)).await;

@@ -17,7 +17,6 @@
 use std::io;
 use std::time::Duration;
 
-use monoio::net::TcpStream;
 use pinboard_http::Transport;
 use pinboard_http::tls::{ClientTls, tls_failure};
 
@@ -140,7 +139,9 @@ impl Login {
     }
 
     async fn connect_and_log_in(&self, endpoint: &Endpoint) -> Result<Connection, LoginError> {
-        let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
+        // A host name is looked up off the core: a slow DNS server must not stall its requests.
+        let ip = endpoint.host.parse().ok();
+        let tcp = pinboard_http::resolve::connect(&endpoint.host, ip, endpoint.port).await?;
         // Replies to pipelined requests are latency-bound; never let Nagle hold a write back.
         tcp.set_nodelay(true)?;
         let stream = match &self.wire {
