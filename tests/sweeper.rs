@@ -301,6 +301,41 @@ fn a_scheduled_instance_whose_worker_died_wakes_on_another_with_nobody_asking() 
     );
 }
 
+/// A worker whose advertise URL carries a path gets its `_wake` under that path once (the
+/// sweep once sent it with the path twice: `/edge/edge/threads/t1/_wake`).
+#[test]
+fn a_wake_goes_under_the_advertise_urls_path_once() {
+    let f = Fixture::new(&[("PINBOARD_SWEEP_INTERVAL_MS", "100")]);
+    f.warm();
+    let worker = TestWorker::start("based-worker");
+    worker.set_base("/edge");
+    let session = f.registered(&worker, "w-based");
+    f.put_row(
+        "/threads",
+        "t1",
+        json!({"sessionId": session, "epoch": "3"}),
+    );
+    let schedule = json!([{"sessionId": session, "namespace": "/threads", "id": "t1", "epoch": "3",
+                           "wakeAt": pinboard::clock::now_ms()}]);
+    assert_eq!(
+        f.post("schedule", &f.token, &schedule).json(),
+        json!({"scheduled": 1})
+    );
+    let woken = eventually(Duration::from_secs(5), || {
+        !wakes_of(&worker, "t1").is_empty()
+    });
+    assert!(
+        woken,
+        "{:?}\n{}",
+        worker
+            .requests()
+            .iter()
+            .map(|s| &s.path)
+            .collect::<Vec<_>>(),
+        f.node.log()
+    );
+}
+
 #[test]
 fn a_wake_that_schedules_again_keeps_its_new_entry() {
     let f = Fixture::new(&[("PINBOARD_SWEEP_INTERVAL_MS", "100")]);

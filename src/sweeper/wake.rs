@@ -201,7 +201,8 @@ async fn call_wake(
     let mut token = Vec::new();
     Signer::new(secret.as_bytes()).sign_into(&claims, &mut Vec::new(), &mut token);
     let token = String::from_utf8(token).expect("a token is ASCII");
-    let path = format!("{}{ns}/{id}/_wake", addr.base);
+    // `fetch` puts the advertise URL's own path in front.
+    let path = format!("{ns}/{id}/_wake");
     let (attestation, epoch) = (header::ATTESTATION, header::EPOCH);
     let headers = [
         (attestation.as_str(), token.as_str()),

@@ -99,6 +99,8 @@ struct State {
     streaming: usize,
     /// How many of the next `_wake`s answer 202 `{"activating":true}` (then the echo, a 200).
     activating: usize,
+    /// The path its advertise URL carries (`""` for none): taken off each request's path once.
+    base: String,
 }
 
 pub struct TestWorker {
@@ -119,6 +121,7 @@ impl TestWorker {
             mode: Mode::Honest,
             serve: Serve::Echo,
             activating: 0,
+            base: String::new(),
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
@@ -143,8 +146,16 @@ impl TestWorker {
         TestWorker { addr, state, stop }
     }
 
+    /// Its advertise URL, with the base path [`TestWorker::set_base`] gave it.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.addr.port())
+        let base = self.state.lock().unwrap().base.clone();
+        format!("http://127.0.0.1:{}{base}", self.addr.port())
+    }
+
+    /// Serves under `base` (`/edge`): its advertise URL carries it, and each request's path is
+    /// recorded and routed with it taken off once (a path sent with it twice keeps one).
+    pub fn set_base(&self, base: &str) {
+        self.state.lock().unwrap().base = base.to_owned();
     }
 
     pub fn secret(&self) -> String {
@@ -251,7 +262,13 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             return;
         }
         let method = req.method.unwrap_or("").to_string();
-        let path = req.path.unwrap_or("").to_string();
+        let path = req.path.unwrap_or("");
+        let base = state.lock().unwrap().base.clone();
+        let path = path
+            .strip_prefix(base.as_str())
+            .filter(|rest| !base.is_empty() && rest.starts_with('/'))
+            .unwrap_or(path)
+            .to_string();
         let headers: Vec<(String, String)> = req
             .headers
             .iter()
