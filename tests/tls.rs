@@ -35,7 +35,7 @@ fn tls_fixture(pki: &Ca, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
         ("PINBOARD_VERIFY_TIMEOUT_MS", "500"),
     ]);
     let node = Node::spawn(&redis.url(), &env);
-    let config = client_config(&pki);
+    let config = client_config(pki);
     let ready = eventually(Duration::from_secs(20), || {
         (0..6).all(|_| {
             session(node.addr, &config).is_ok()
