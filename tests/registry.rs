@@ -1626,16 +1626,21 @@ fn schedule_is_compare_and_set_on_the_row() {
         let bucket = pinboard::store::bucket_of(id, support::fleet::SHARDS);
         f.cli(&["ZSCORE", &f.keys.wake(bucket, "default", "/threads"), id])
     };
+    // Wake times an hour ahead: the node's own durability sweep must not wake (and so remove)
+    // an entry between two of the test's calls, as it did to times already past.
+    let later = pinboard::clock::now_ms() + 3_600_000;
+    let at = |ms: u64| json!(later + ms);
+    let at_text = |ms: u64| (later + ms).to_string();
     let row = |id: &str, epoch: &str, at: Value| json!({"sessionId": session, "namespace": "/threads", "id": id, "epoch": epoch, "wakeAt": at});
     // Matching rows are scheduled; a stale epoch and an id without a row are not.
     let r = f.post(
         "schedule",
         &f.token,
         &json!([
-            row("t1", "5", json!(1000)),
-            row("t2", "6", json!(2000)),
-            row("t3", "1", json!(3000)),
-            row("none", "5", json!(4000))
+            row("t1", "5", at(1000)),
+            row("t2", "6", at(2000)),
+            row("t3", "1", at(3000)),
+            row("none", "5", at(4000))
         ]),
     );
     assert_eq!(
@@ -1650,16 +1655,19 @@ fn schedule_is_compare_and_set_on_the_row() {
             entry("t2").as_str(),
             entry("t3").as_str()
         ),
-        ("1000", "2000", "")
+        (at_text(1000).as_str(), at_text(2000).as_str(), "")
     );
     // null removes; a later wakeAt moves the entry.
     let r = f.post(
         "schedule",
         &f.token,
-        &json!([row("t1", "5", Value::Null), row("t2", "6", json!(2500))]),
+        &json!([row("t1", "5", Value::Null), row("t2", "6", at(2500))]),
     );
     assert_eq!(r.json(), json!({"scheduled": 2}));
-    assert_eq!((entry("t1").as_str(), entry("t2").as_str()), ("", "2500"));
+    assert_eq!(
+        (entry("t1").as_str(), entry("t2").as_str()),
+        ("", at_text(2500).as_str())
+    );
     let r = f.post("schedule", &f.token, &json!([row("t1", "5", Value::Null)]));
     assert_eq!(r.json(), json!({"scheduled": 0}), "nothing left to remove");
 
@@ -1681,7 +1689,7 @@ fn schedule_is_compare_and_set_on_the_row() {
             "{body}"
         );
     }
-    assert_eq!(entry("t2"), "2500");
+    assert_eq!(entry("t2"), at_text(2500));
 
     let r = f.post("schedule", &f.token, &json!([{"sessionId": "nobody", "namespace": "/threads", "id": "t2", "epoch": "6", "wakeAt": 1}]));
     assert_eq!(
@@ -1717,7 +1725,7 @@ fn schedule_is_compare_and_set_on_the_row() {
     );
     assert_eq!(
         (entry("t2").as_str(), entry("t3").as_str()),
-        ("2500", ""),
+        (at_text(2500).as_str(), ""),
         "refused requests wrote nothing"
     );
     let r = support::http::post_json(
