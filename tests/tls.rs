@@ -19,8 +19,11 @@ use support::redis::RedisServer;
 use support::tls::{client_config, connect, presented, session};
 use support::worker::{Serve, TestWorker};
 
-/// A node serving HTTPS with `pair` (plus `env`), ready, past its cold start.
-fn tls_fixture(pki: &Ca, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
+/// A private CA, a leaf for localhost it signed, and a node serving HTTPS with that pair
+/// (plus `env`), ready, past its cold start.
+fn https_node(env: &[(&str, &str)]) -> (Ca, Pair, Fixture) {
+    let pki = Ca::new();
+    let pair = pki.leaf("node", &LOCAL);
     let redis = RedisServer::start();
     let (cert, key) = (
         pair.cert.display().to_string(),
@@ -35,7 +38,7 @@ fn tls_fixture(pki: &Ca, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
         ("PINBOARD_VERIFY_TIMEOUT_MS", "500"),
     ]);
     let node = Node::spawn(&redis.url(), &env);
-    let config = client_config(pki);
+    let config = client_config(&pki);
     let ready = eventually(Duration::from_secs(20), || {
         (0..6).all(|_| {
             session(node.addr, &config).is_ok()
@@ -50,7 +53,7 @@ fn tls_fixture(pki: &Ca, pair: &Pair, env: &[(&str, &str)]) -> Fixture {
         node,
     };
     f.warm();
-    f
+    (pki, pair, f)
 }
 
 fn get(addr: SocketAddr, config: &Arc<ClientConfig>, path: &str, token: Option<&str>) -> Reply {
@@ -92,9 +95,7 @@ fn curl(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn curl_with_the_ca_answers_healthz_and_nothing_is_served_in_the_clear() {
-    let pki = Ca::new();
-    let pair = pki.leaf("node", &LOCAL);
-    let f = tls_fixture(&pki, &pair, &[]);
+    let (pki, _, f) = https_node(&[]);
     let url = format!("https://localhost:{}/healthz", f.node.addr.port());
     let ca = pki.cert.display().to_string();
 
@@ -129,9 +130,7 @@ fn curl_with_the_ca_answers_healthz_and_nothing_is_served_in_the_clear() {
 
 #[test]
 fn a_returning_client_resumes_its_session() {
-    let pki = Ca::new();
-    let pair = pki.leaf("node", &LOCAL);
-    let f = tls_fixture(&pki, &pair, &[]);
+    let (pki, _, f) = https_node(&[]);
     // One configuration, so one session cache, as one client process has.
     let config = client_config(&pki);
     let resumed = (0..4).any(|_| {
@@ -150,9 +149,7 @@ fn a_returning_client_resumes_its_session() {
 
 #[test]
 fn a_forwarded_request_and_an_upgrade_work_over_tls() {
-    let pki = Ca::new();
-    let pair = pki.leaf("node", &LOCAL);
-    let f = tls_fixture(&pki, &pair, &[]);
+    let (pki, _, f) = https_node(&[]);
     let config = client_config(&pki);
     let worker = TestWorker::start("worker-secret");
     let body = register_body(&worker, "w1", json!({})).to_string();
@@ -186,9 +183,7 @@ fn a_forwarded_request_and_an_upgrade_work_over_tls() {
 
 #[test]
 fn sighup_serves_a_new_pair_while_open_connections_keep_theirs() {
-    let pki = Ca::new();
-    let first = pki.leaf("node", &LOCAL);
-    let f = tls_fixture(&pki, &first, &[]);
+    let (pki, first, f) = https_node(&[]);
     let config = client_config(&pki);
     let (_, held) = session(f.node.addr, &config).unwrap();
     assert!(presented(&held, &first));
@@ -228,9 +223,7 @@ fn sighup_serves_a_new_pair_while_open_connections_keep_theirs() {
 
 #[test]
 fn a_handshake_that_never_completes_is_closed_like_a_slow_head() {
-    let pki = Ca::new();
-    let pair = pki.leaf("node", &LOCAL);
-    let f = tls_fixture(&pki, &pair, &[("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "500")]);
+    let (pki, _, f) = https_node(&[("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "500")]);
     // A record header promising a ClientHello that never comes.
     let mut slow = TcpStream::connect(f.node.addr).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
