@@ -246,9 +246,10 @@ fn a_handshake_that_never_completes_is_closed_like_a_slow_head() {
     );
 }
 
-/// The exit status and stderr of a node started with `env`, which must not start.
-fn refused_start(env: &[(&str, &str)]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+/// `pinboard check-config` with the test's Passport secret and `env`, nothing else: it loads
+/// the configuration, TLS files included, as `serve` does at start.
+fn check_config(env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pinboard"))
         .arg("check-config")
         .env_clear()
         .env(
@@ -257,11 +258,7 @@ fn refused_start(env: &[(&str, &str)]) -> (Option<i32>, String) {
         )
         .envs(env.iter().copied())
         .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .unwrap()
 }
 
 #[test]
@@ -328,23 +325,17 @@ fn a_pair_that_does_not_load_at_start_exits_2_naming_its_key() {
         ),
     ];
     for (env, expected) in cases {
-        let (code, stderr) = refused_start(env);
+        let out = check_config(env);
+        let (code, stderr) = (out.status.code(), String::from_utf8_lossy(&out.stderr));
         assert_eq!(code, Some(2), "{env:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{env:?}: one line: {stderr}");
         assert!(stderr.starts_with(expected), "{env:?}: {stderr}");
     }
     // The pair that loads: check-config shows both paths, and no key material.
-    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
-        .arg("check-config")
-        .env_clear()
-        .env(
-            "PINBOARD_PASSPORT__HS256_SECRET",
-            "s3cret-0123456789abcdef0123456789",
-        )
-        .env("PINBOARD_TLS__CERT_FILE", &cert)
-        .env("PINBOARD_TLS__KEY_FILE", &key)
-        .output()
-        .unwrap();
+    let out = check_config(&[
+        ("PINBOARD_TLS__CERT_FILE", &cert),
+        ("PINBOARD_TLS__KEY_FILE", &key),
+    ]);
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{shown}");
     assert!(shown.contains(&format!("cert_file = {cert:?}")), "{shown}");
@@ -410,17 +401,11 @@ fn pkcs8_rsa_and_ec_keys_all_load() {
             "-out",
             &cert,
         ]);
-        let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
-            .arg("check-config")
-            .env_clear()
-            .env(
-                "PINBOARD_PASSPORT__HS256_SECRET",
-                "s3cret-0123456789abcdef0123456789",
-            )
-            .env("PINBOARD_TLS__CERT_FILE", dir.path().join(&cert))
-            .env("PINBOARD_TLS__KEY_FILE", dir.path().join(key))
-            .output()
-            .unwrap();
+        let (cert, key) = (dir.path().join(&cert), dir.path().join(key));
+        let out = check_config(&[
+            ("PINBOARD_TLS__CERT_FILE", cert.to_str().unwrap()),
+            ("PINBOARD_TLS__KEY_FILE", key.to_str().unwrap()),
+        ]);
         assert!(
             out.status.success(),
             "{label}: {}",
