@@ -1,0 +1,52 @@
+"""pinned: the Python worker library for Pinboard.
+
+A `Worker` registers with Pinboard, proves it owns its advertise URL, keeps its lease alive by
+heartbeat and holds the instances Pinboard places on it; `worker.asgi(app)` puts any ASGI app
+(Starlette, FastAPI, ...) behind the checks every instance request must pass.
+"""
+
+from .asgi import PinnedMiddleware, instance
+from .attestation import Attestation
+from .config import Config, ConfigError
+from .durable import DurabilityStore, FileStore
+from .registry import BadAnswer, CallError, NoSession, NoStore, NotHeld, Refused, Unreachable
+from .types import (
+    Drain,
+    Event,
+    Evicted,
+    Instance,
+    Message,
+    Registered,
+    Status,
+    Superseded,
+    WindDown,
+)
+from .worker import Held, Worker
+
+__all__ = [
+    "Attestation",
+    "BadAnswer",
+    "CallError",
+    "Config",
+    "ConfigError",
+    "Drain",
+    "DurabilityStore",
+    "Event",
+    "Evicted",
+    "FileStore",
+    "Held",
+    "Instance",
+    "Message",
+    "NoSession",
+    "NoStore",
+    "NotHeld",
+    "PinnedMiddleware",
+    "Refused",
+    "Registered",
+    "Status",
+    "Superseded",
+    "Unreachable",
+    "WindDown",
+    "Worker",
+    "instance",
+]

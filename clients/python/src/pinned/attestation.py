@@ -1,0 +1,162 @@
+"""`Pinboard-Attestation` verification: the compact JWS Pinboard signs onto every forwarded
+request, `_wake` and `_pinned/stats` call. Pure: no IO, no clock (the caller passes `now`).
+
+Written out with the standard library rather than a JWT library because the rules are narrow
+and exact: header `{"alg":"HS256","typ":"pinboard+jwt"}` and no `crit`, HMAC-SHA256 under the
+worker's own secret compared in constant time, `aud` equal to its current session, `iat` and
+`exp` both required and judged with 30 s of clock skew (`nbf` too when present), and a
+`purpose` (`forward`, `wake`, `stats`, `challenge`). A general-purpose validator would need
+each of these switched on and would still not check `typ` or a future `iat`.
+
+A token is bound to what it is for: `verify` returns its `Binding` (purpose, and for forwards
+and wakes the instance `inst` = `{ns}/{id}` and the placement `epoch`); the middleware holds it
+against the request, so a token seen once cannot be replayed on another route, instance or
+epoch.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+SKEW_SECS = 30.0
+"""Clock skew tolerated on `iat`, `exp` and `nbf`."""
+
+PURPOSES = frozenset({"forward", "wake", "stats", "challenge"})
+
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+
+
+class InvalidAttestation(Exception):
+    """Why a token was refused. Every reason is answered with the same 403; this is for logs."""
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """What a valid attestation tells the worker beyond "Pinboard sent this"."""
+
+    caller: str | None = None
+    """`{ns}/{id}` of the attested instance that made this call, when one did."""
+    depth: int | None = None
+    """The subrequest depth Pinboard counted for this call."""
+    acct: dict[str, Any] | None = None
+    """`{sub, scopes?, claims}` of the client's data-plane credential, when it had one."""
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a valid token is for, checked against the route it arrived on."""
+
+    purpose: str
+    inst: str | None
+    epoch: str | None
+
+
+def verify(token: str, secret: bytes, audience: str, now: float) -> tuple[Binding, Attestation]:
+    """Verifies `token` as signed with `secret` for session `audience` at `now` (seconds since
+    the Unix epoch). Raises `InvalidAttestation`. What the token is bound to is the caller's to
+    check."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        raise InvalidAttestation("not a compact JWS")
+    header_part, payload_part, signature_part = parts
+    header = _decode_object(header_part)
+    if header is None:
+        raise InvalidAttestation("not a compact JWS")
+    # A `crit` header names extensions the signer requires us to understand (RFC 7515
+    # §4.1.11); we understand none.
+    if header.get("alg") != "HS256" or header.get("typ") != "pinboard+jwt" or "crit" in header:
+        raise InvalidAttestation('header is not {"alg":"HS256","typ":"pinboard+jwt"}')
+    signature = _decode(signature_part)
+    if signature is None:
+        raise InvalidAttestation("not a compact JWS")
+    signed = f"{header_part}.{payload_part}".encode("ascii")
+    expected = hmac.new(secret, signed, hashlib.sha256).digest()
+    if not hmac.compare_digest(expected, signature):
+        raise InvalidAttestation("bad signature")
+
+    # The claims are read only once the signature holds.
+    claims = _decode_object(payload_part)
+    if claims is None:
+        raise InvalidAttestation("claims are not of the expected shape")
+    aud = claims.get("aud")
+    if not (aud == audience or (isinstance(aud, list) and audience in aud)):
+        raise InvalidAttestation("audience is not this worker's session")
+    iat, exp = _time(claims, "iat"), _time(claims, "exp")
+    if iat is None or exp is None:
+        raise InvalidAttestation("claims are not of the expected shape")
+    nbf = _time(claims, "nbf")
+    if exp + SKEW_SECS < now:
+        raise InvalidAttestation("expired")
+    if iat > now + SKEW_SECS or (nbf is not None and nbf > now + SKEW_SECS):
+        raise InvalidAttestation("issued in the future")
+    purpose = _text(claims, "purpose")
+    if purpose is None or purpose not in PURPOSES:
+        raise InvalidAttestation("claims are not of the expected shape")
+    depth = claims.get("depth")
+    if depth is not None and not (_is_int(depth) and 0 <= depth < 2**64):
+        raise InvalidAttestation("claims are not of the expected shape")
+    acct = claims.get("acct")
+    if acct is not None and not isinstance(acct, dict):
+        raise InvalidAttestation("claims are not of the expected shape")
+    binding = Binding(purpose=purpose, inst=_text(claims, "inst"), epoch=_text(claims, "epoch"))
+    return binding, Attestation(caller=_text(claims, "caller"), depth=depth, acct=acct)
+
+
+def _decode(part: str) -> bytes | None:
+    """Unpadded base64url, canonical only (as Rust's `URL_SAFE_NO_PAD`: no padding, no other
+    alphabet, no stray trailing bits)."""
+    if not _BASE64URL.fullmatch(part) or len(part) % 4 == 1:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != part:
+        return None
+    return raw
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode_object(part: str) -> dict[str, Any] | None:
+    raw = _decode(part)
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _time(claims: dict[str, Any], key: str) -> float | None:
+    """A numeric claim; a claim of another type is a malformed token, not an absent one."""
+    value = claims.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidAttestation("claims are not of the expected shape")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidAttestation("claims are not of the expected shape") from None
+
+
+def _text(claims: dict[str, Any], key: str) -> str | None:
+    value = claims.get(key)
+    if value is not None and not isinstance(value, str):
+        raise InvalidAttestation("claims are not of the expected shape")
+    return value
