@@ -111,6 +111,7 @@ class PinnedMiddleware:
     def __init__(self, app: ASGIApp, worker: Worker) -> None:
         self.app = app
         self.worker = worker
+        self.key = attestation.Key(worker.secret.encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -170,9 +171,7 @@ class PinnedMiddleware:
         session = self.worker.state.session
         if len(tokens) != 1 or session is None:
             raise InvalidAttestation("no single attestation, or no session")
-        binding, attested = attestation.verify(
-            tokens[0], self.worker.secret.encode(), session, time.time()
-        )
+        binding, attested = attestation.verify(tokens[0], self.key, session, time.time())
         if binding.purpose != purpose:
             raise InvalidAttestation("issued for another purpose than this route's")
         return binding, attested
@@ -349,33 +348,39 @@ class PinnedMiddleware:
     # --- lifespan ------------------------------------------------------------------------------
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Starts the worker at startup and stops it gracefully at shutdown, around the app's
-        own lifespan; an app without one gets the messages answered here."""
-        received: list[str] = []
+        """Starts the worker once the app's own startup completed (so what the app sets up
+        is ready before the node places anything here) and stops it gracefully as shutdown
+        begins (releasing while the app still runs); an app without a lifespan gets the
+        messages answered here."""
+        received = False
 
-        async def hooked() -> Message:
+        async def hooked_receive() -> Message:
+            nonlocal received
             message = await receive()
-            received.append(message["type"])
-            if message["type"] == "lifespan.startup":
-                await self.worker.start()
-            elif message["type"] == "lifespan.shutdown":
+            received = True
+            if message["type"] == "lifespan.shutdown":
                 await self.worker.stop()
             return message
 
+        async def hooked_send(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                await self.worker.start()
+            await send(message)
+
         try:
-            await self.app(scope, hooked, send)
+            await self.app(scope, hooked_receive, hooked_send)
         except Exception:
             if received:
                 raise
-            # The app does not speak lifespan: answer it here.
+            # The app does not speak lifespan (it refused the scope before reading it).
             log.debug("the app refused the lifespan scope; pinned answers it")
         else:
             if received:
                 return
         while True:
-            message = await hooked()
+            message = await hooked_receive()
             if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
+                await hooked_send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return

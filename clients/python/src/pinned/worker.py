@@ -94,7 +94,7 @@ class Worker:
     async def stop(self, graceful: bool = True) -> None:
         """Stops. Graceful: no new activations, every held instance released, the session
         deregistered (each given up after three tries). Otherwise the lease just lapses."""
-        if self._task is None:
+        if self._task is None or self._stop.is_set():
             return
         self._graceful = graceful
         self._stop.set()
