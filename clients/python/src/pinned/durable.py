@@ -189,9 +189,16 @@ _BAD = _Bad()
 
 
 def _number(field: str) -> int | _Bad | None:
+    """`-`, or a u64 in digits, as the Rust library reads it (so a file it would refuse is
+    refused here too, and a long run of digits is never handed to `int`)."""
     if field == "-":
         return None
-    return int(field) if field.isascii() and field.isdigit() else _BAD
+    if not (field.isascii() and field.isdigit()):
+        return _BAD
+    significant = field.lstrip("0") or "0"
+    if len(significant) > 20 or int(significant) >= 2**64:
+        return _BAD
+    return int(significant)
 
 
 class Begin(enum.Enum):

@@ -1,0 +1,213 @@
+"""The workers under test: an ASGI app behind `worker.asgi(app)`, served by uvicorn.
+
+Run as a script by `support.WorkerProcess`, configured by the environment:
+`PINNED_TEST_FD` (the listening socket to serve), `PINNED_TEST_APP` (`starlette`: the
+instrumented app below; `fastapi`: the README's minimal shape), `PINNED_TEST_REGISTRY`,
+`PINNED_TEST_TOKEN`, `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES` (comma-separated),
+`PINNED_TEST_CLIENT_ID`, `PINNED_TEST_STORE` (a FileStore directory, optional),
+`PINNED_TEST_WAKE_WAIT`, `PINNED_TEST_CALL_TIMEOUT`.
+
+The Starlette app answers every instance request with what `pinned.instance(request)` says,
+echoes on `/{ns}/{id}/ws`, and has test-only routes outside every namespace (the middleware
+hands them to the app untouched): `GET /_test/info` (the worker's session, secret, held
+instances, status, the events `on_event` got, the wakes `on_wake` got), `POST /_test/call`
+(`worker.release/tag/schedule_wake/cancel_wake`, the outcome or the error as JSON) and
+`POST /_test/wake-hook` (make `on_wake` wait or fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+import pinned
+
+
+class Recorder:
+    """What the hooks saw, and how `on_wake` should behave."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.wakes: list[dict[str, Any]] = []
+        self.released = asyncio.Event()
+        """Set unless `on_wake` is told to hold."""
+        self.released.set()
+        self.fail = False
+
+    async def on_event(self, worker: pinned.Worker, event: pinned.Event) -> None:
+        self.events.append(event_json(event))
+
+    async def on_wake(
+        self, worker: pinned.Worker, instance: pinned.Instance, state: bytes | None
+    ) -> None:
+        self.wakes.append(
+            {
+                "ns": instance.ns,
+                "id": instance.id,
+                "epoch": instance.epoch,
+                "activated": instance.activated,
+                "state": None if state is None else state.decode("latin-1"),
+            }
+        )
+        await self.released.wait()
+        if self.fail:
+            raise RuntimeError("told to fail")
+
+
+def event_json(event: pinned.Event) -> dict[str, Any]:
+    if isinstance(event, pinned.WindDown):
+        return {"type": "WindDown", **dataclasses.asdict(event.message)}
+    return {"type": type(event).__name__, **dataclasses.asdict(event)}
+
+
+def config() -> pinned.Config:
+    env = os.environ
+    store = env.get("PINNED_TEST_STORE")
+    return pinned.Config(
+        registry=env["PINNED_TEST_REGISTRY"],
+        token=env["PINNED_TEST_TOKEN"],
+        client_id=env.get("PINNED_TEST_CLIENT_ID", "worker-1"),
+        namespaces=env.get("PINNED_TEST_NAMESPACES", "/threads").split(","),
+        advertise_url=env["PINNED_TEST_ADVERTISE"],
+        call_timeout=float(env.get("PINNED_TEST_CALL_TIMEOUT", "5")),
+        durability=pinned.FileStore(store) if store else None,
+        wake_wait=float(env.get("PINNED_TEST_WAKE_WAIT", "1")),
+    )
+
+
+def instance_json(request: Request | WebSocket, worker: pinned.Worker) -> dict[str, Any]:
+    room = pinned.instance(request)
+    return {
+        "ns": room.ns,
+        "id": room.id,
+        "rest": room.rest,
+        "epoch": room.epoch,
+        "activated": room.activated,
+        "caller": room.caller,
+        "depth": room.depth,
+        "acct": room.acct,
+        "session": worker.session_id,
+        "method": request.scope.get("method"),
+        "query": request.scope.get("query_string", b"").decode("latin-1"),
+    }
+
+
+def starlette_app(worker: pinned.Worker, recorder: Recorder) -> Starlette:
+    async def info(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "session": worker.session_id,
+                "secret": worker.secret,
+                "held": [[h.ns, h.id, h.epoch] for h in worker.held()],
+                "status": dataclasses.asdict(worker.status()),
+                "events": recorder.events,
+                "messages": [dataclasses.asdict(m) for m in worker.messages()],
+                "wakes": recorder.wakes,
+            }
+        )
+
+    async def call(request: Request) -> JSONResponse:
+        body = await request.json()
+        op, ns, id = body["op"], body["ns"], body["id"]
+        result: Any
+        try:
+            if op == "release":
+                result = await worker.release(ns, id)
+            elif op == "tag":
+                result = await worker.tag(ns, id, body["tag"])
+            elif op == "schedule":
+                result = await worker.schedule_wake(ns, id, body["at"])
+            elif op == "cancel":
+                result = await worker.cancel_wake(ns, id)
+            else:
+                return JSONResponse({"unknown op": op}, status_code=400)
+        except pinned.CallError as e:
+            return JSONResponse(
+                {
+                    "error": type(e).__name__,
+                    "status": getattr(e, "status", None),
+                    "reregister": getattr(e, "reregister", False),
+                    "superseded": getattr(e, "superseded", False),
+                    "message": str(e),
+                }
+            )
+        return JSONResponse({"result": result})
+
+    async def wake_hook(request: Request) -> JSONResponse:
+        body = await request.json()
+        if body["hold"]:
+            recorder.released.clear()
+        else:
+            recorder.released.set()
+        recorder.fail = bool(body["fail"])
+        return JSONResponse({})
+
+    async def serve(request: Request) -> JSONResponse:
+        return JSONResponse(instance_json(request, worker))
+
+    async def echo(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_json(instance_json(ws, worker))
+        while True:
+            text = await ws.receive_text()
+            await ws.send_text(f"echo:{text}")
+
+    methods = ["GET", "POST", "PUT", "DELETE"]
+    return Starlette(
+        routes=[
+            Route("/_test/info", info),
+            Route("/_test/call", call, methods=["POST"]),
+            Route("/_test/wake-hook", wake_hook, methods=["POST"]),
+            WebSocketRoute("/{ns}/{id}/ws", echo),
+            Route("/{ns}/{id}{rest:path}", serve, methods=methods),
+        ]
+    )
+
+
+def fastapi_app(worker: pinned.Worker) -> FastAPI:
+    """The README's shape: a plain FastAPI app whose handlers read `pinned.instance`."""
+    api = FastAPI()
+
+    @api.get("/threads/{id}")
+    async def thread(id: str, request: Request) -> dict[str, Any]:
+        room = pinned.instance(request)
+        return {"id": id, "ns": room.ns, "epoch": room.epoch, "fresh": room.activated}
+
+    return api
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("pinned").setLevel(logging.DEBUG)
+    recorder = Recorder()
+    worker = pinned.Worker(config(), on_event=recorder.on_event, on_wake=recorder.on_wake)
+    if os.environ.get("PINNED_TEST_APP", "starlette") == "fastapi":
+        app = worker.asgi(fastapi_app(worker))
+    else:
+        app = worker.asgi(starlette_app(worker, recorder))
+    listener = socket.socket(fileno=int(os.environ["PINNED_TEST_FD"]))
+    server = uvicorn.Server(
+        uvicorn.Config(app, lifespan="on", log_level="info", timeout_graceful_shutdown=5)
+    )
+    server.run(sockets=[listener])
+
+
+if __name__ == "__main__":
+    main()
