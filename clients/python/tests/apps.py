@@ -85,6 +85,10 @@ def config() -> pinned.Config:
         call_timeout=float(env.get("PINNED_TEST_CALL_TIMEOUT", "5")),
         durability=pinned.FileStore(store) if store else None,
         wake_wait=float(env.get("PINNED_TEST_WAKE_WAIT", "1")),
+        hostname=env.get("PINNED_TEST_HOSTNAME"),
+        env=env.get("PINNED_TEST_ENV"),
+        takeover="wind_down" if env.get("PINNED_TEST_EPOCH") else None,
+        epoch=int(env["PINNED_TEST_EPOCH"]) if env.get("PINNED_TEST_EPOCH") else None,
     )
 
 

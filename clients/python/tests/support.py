@@ -608,7 +608,10 @@ class WorkerProcess:
         store: Path | None = None,
         wake_wait: float = 0.3,
         call_timeout: float = 5.0,
+        deployment: tuple[str, str, int] | None = None,
     ) -> None:
+        """`deployment`: hostname, env and epoch of a hostname-aware registration (takeover
+        `wind_down`)."""
         self.log_path = log
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
@@ -632,6 +635,15 @@ class WorkerProcess:
         )
         if store is not None:
             env["PINNED_TEST_STORE"] = str(store)
+        if deployment is not None:
+            hostname, deploy_env, epoch = deployment
+            env.update(
+                {
+                    "PINNED_TEST_HOSTNAME": hostname,
+                    "PINNED_TEST_ENV": deploy_env,
+                    "PINNED_TEST_EPOCH": str(epoch),
+                }
+            )
         try:
             self.proc = _spawn([sys.executable, str(APPS)], env, log, [listener.fileno()])
         finally:
