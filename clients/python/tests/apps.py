@@ -5,7 +5,8 @@ Run as a script by `support.WorkerProcess`, configured by the environment:
 instrumented app below; `fastapi`: the README's minimal shape), `PINNED_TEST_REGISTRY`,
 `PINNED_TEST_TOKEN`, `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES` (comma-separated),
 `PINNED_TEST_CLIENT_ID`, `PINNED_TEST_STORE` (a FileStore directory, optional),
-`PINNED_TEST_WAKE_WAIT`, `PINNED_TEST_CALL_TIMEOUT`.
+`PINNED_TEST_WAKE_WAIT`, `PINNED_TEST_CALL_TIMEOUT`, and for a hostname-aware registration
+`PINNED_TEST_HOSTNAME`, `PINNED_TEST_ENV` and `PINNED_TEST_EPOCH` (takeover `wind_down`).
 
 The Starlette app answers every instance request with what `pinned.instance(request)` says,
 echoes on `/{ns}/{id}/ws`, and has test-only routes outside every namespace (the middleware
@@ -76,6 +77,7 @@ def event_json(event: pinned.Event) -> dict[str, Any]:
 def config() -> pinned.Config:
     env = os.environ
     store = env.get("PINNED_TEST_STORE")
+    deploy_epoch = env.get("PINNED_TEST_EPOCH")
     return pinned.Config(
         registry=env["PINNED_TEST_REGISTRY"],
         token=env["PINNED_TEST_TOKEN"],
@@ -87,8 +89,8 @@ def config() -> pinned.Config:
         wake_wait=float(env.get("PINNED_TEST_WAKE_WAIT", "1")),
         hostname=env.get("PINNED_TEST_HOSTNAME"),
         env=env.get("PINNED_TEST_ENV"),
-        takeover="wind_down" if env.get("PINNED_TEST_EPOCH") else None,
-        epoch=int(env["PINNED_TEST_EPOCH"]) if env.get("PINNED_TEST_EPOCH") else None,
+        takeover="wind_down" if deploy_epoch else None,
+        epoch=int(deploy_epoch) if deploy_epoch else None,
     )
 
 
