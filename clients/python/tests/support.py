@@ -587,9 +587,34 @@ def attest(
     if epoch is not None:
         payload["epoch"] = epoch
     payload.update(claims)
+    return sign(payload, secret.encode(), headers, algorithm)
+
+
+def sign(
+    payload: Mapping[str, Any],
+    secret: bytes,
+    headers: Mapping[str, Any] | None = None,
+    algorithm: str = "HS256",
+) -> str:
+    """A compact JWS of `payload` with the node's header (`typ` pinboard+jwt, plus `headers`),
+    signed by PyJWT (`none`: unsigned)."""
     header = {"typ": "pinboard+jwt", **(headers or {})}
-    key = None if algorithm == "none" else secret.encode()
-    return jwt.encode(payload, key, algorithm=algorithm, headers=header)
+    key = None if algorithm == "none" else secret
+    return jwt.encode(dict(payload), key, algorithm=algorithm, headers=header)
+
+
+INVALID_ATTESTATION = {"detail": "invalid attestation"}
+"""The body of the middleware's 403 for a missing, invalid or misbound attestation."""
+
+
+def lease_unhealthy(reply: httpx.Response) -> bool:
+    """The in-band refusal, whole: 503, `Retry-After: 1`, `Pinned-Refusal: lease-unhealthy`."""
+    return (
+        reply.status_code == 503
+        and reply.headers.get("retry-after") == "1"
+        and reply.headers.get("pinned-refusal") == "lease-unhealthy"
+        and reply.json() == {"detail": "lease unhealthy"}
+    )
 
 
 class WorkerProcess:

@@ -12,11 +12,18 @@ import time
 from pathlib import Path
 
 import httpx
-from support import Node, Redis, StartNode, StartWorker, WorkerProcess, eventually, wake_key
+from support import (
+    INVALID_ATTESTATION,
+    Node,
+    Redis,
+    StartNode,
+    StartWorker,
+    WorkerProcess,
+    eventually,
+    wake_key,
+)
 
 import pinned
-
-INVALID = {"detail": "invalid attestation"}
 
 
 def _wake(worker: WorkerProcess, id: str, epoch: str, purpose: str = "wake") -> httpx.Response:
@@ -31,9 +38,9 @@ def test_wake_hydrates_from_the_store(
     worker = start_worker(node.url, store=store.dir, wake_wait=0.3)
 
     # The instance path's checks come first: a wake token for this instance and epoch, POST.
-    assert _wake(worker, "a", "7", purpose="forward").json() == INVALID
+    assert _wake(worker, "a", "7", purpose="forward").json() == INVALID_ATTESTATION
     bare = worker.request("POST", "/threads/a/_wake", [("pinboard-epoch", "7")])
-    assert (bare.status_code, bare.json()) == (403, INVALID)
+    assert (bare.status_code, bare.json()) == (403, INVALID_ATTESTATION)
     got = worker.forward("/threads/a/_wake", "7", method="GET", purpose="wake")
     assert (got.status_code, got.headers.get("allow")) == (405, "POST")
     assert worker.info()["wakes"] == [], "nothing above reached the hook"

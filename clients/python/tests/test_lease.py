@@ -11,8 +11,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-import httpx
-from support import FaultProxy, Node, StartWorker, WorkerProcess, eventually
+from support import FaultProxy, Node, StartWorker, WorkerProcess, eventually, lease_unhealthy
 
 
 def _lease_healthy(worker: WorkerProcess) -> bool:
@@ -20,20 +19,11 @@ def _lease_healthy(worker: WorkerProcess) -> bool:
     return healthy
 
 
-def _refused(reply: httpx.Response) -> bool:
-    return (
-        reply.status_code == 503
-        and reply.headers.get("retry-after") == "1"
-        and reply.headers.get("pinned-refusal") == "lease-unhealthy"
-        and reply.json() == {"detail": "lease unhealthy"}
-    )
-
-
 def _check_refusals(worker: WorkerProcess, info: dict[str, Any]) -> None:
     fresh = worker.forward("/threads/fresh", "6", info=info)
-    assert _refused(fresh), (fresh.status_code, fresh.headers, fresh.text)
+    assert lease_unhealthy(fresh), (fresh.status_code, fresh.headers, fresh.text)
     held = worker.forward("/threads/held/x", "5", info=info)
-    assert _refused(held), "a held instance is not served past the lease either"
+    assert lease_unhealthy(held), "a held instance is not served past the lease either"
     stale = worker.forward("/threads/held", "4", info=info)
     assert (stale.status_code, stale.text) == (409, "stale placement epoch")
     assert [h[1] for h in worker.held()] == ["held"], "the refused activation is not held"

@@ -25,9 +25,16 @@ import pytest
 import websockets.exceptions
 import websockets.sync.client
 from conftest import Logs
-from support import FaultProxy, Node, Redis, WorkerProcess, attest, eventually, operator_token
-
-INVALID = {"detail": "invalid attestation"}
+from support import (
+    INVALID_ATTESTATION,
+    FaultProxy,
+    Node,
+    Redis,
+    WorkerProcess,
+    attest,
+    eventually,
+    operator_token,
+)
 
 Headers = list[tuple[str, str | bytes]]
 
@@ -131,7 +138,7 @@ def test_invalid_attestations_are_403(fleet: Fleet, case: str) -> None:
     id = "r-" + case.replace(" ", "-")
     headers = REFUSED[case](fleet.info, id)
     reply = fleet.worker.request("GET", f"/threads/{id}/x", headers)
-    assert (reply.status_code, reply.json()) == (403, INVALID), reply.text
+    assert (reply.status_code, reply.json()) == (403, INVALID_ATTESTATION), reply.text
     assert [h for h in fleet.worker.held() if h[1] == id] == [], "nothing admitted"
 
 
@@ -330,7 +337,7 @@ def test_stats_are_attested(fleet: Fleet) -> None:
     ]
     for headers in unattested:
         reply = fleet.worker.request("GET", "/_pinned/stats", headers)
-        assert (reply.status_code, reply.json()) == (403, INVALID), headers
+        assert (reply.status_code, reply.json()) == (403, INVALID_ATTESTATION), headers
     token = attest(secret, session, None, None, "stats")
     reply = fleet.worker.request("GET", "/_pinned/stats", [("pinboard-attestation", token)])
     assert reply.status_code == 200, reply.text
