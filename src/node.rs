@@ -2,7 +2,7 @@
 //!
 //! [`Shared`] is what every core reads (configuration, Passport keys, the stop and serving
 //! flags) and is immutable once serving starts but for those flags and a few atomic counters
-//! (per-core counters, the per-worker inflight counts). [`Core`] is what one core owns alone:
+//! (per-core counters, the per-worker gauges). [`Core`] is what one core owns alone:
 //! its store (Redis connection and keys) and upstream state.
 
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::passport::Passport;
 use crate::placement;
 use crate::redis::{Redis, RedisOptions};
 use crate::store::{Keys, Store};
-use crate::upstream::{InflightCounters, Upstreams};
+use crate::upstream::{Upstreams, WorkerGauges};
 
 pub struct Shared {
     pub config: Config,
@@ -30,8 +30,8 @@ pub struct Shared {
     /// claim of the fleet license succeeds.
     pub serving: AtomicBool,
     pub started: Instant,
-    /// Forwards in flight per worker, counted across the cores.
-    pub inflight: Arc<InflightCounters>,
+    /// Forwards in flight and idle pooled connections per worker, across the cores.
+    pub workers: Arc<WorkerGauges>,
     /// The cold-start window `/registry/health` last read from Redis, reported while Redis
     /// cannot be asked.
     pub last_quarantine_ms: AtomicU64,
@@ -102,7 +102,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             serving: AtomicBool::new(false),
             started: Instant::now(),
-            inflight: Arc::default(),
+            workers: Arc::default(),
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
@@ -161,7 +161,11 @@ impl Core {
             Keys::new(config.prefix.clone(), config.shards),
             config.lease_ttl_ms,
         );
-        let upstreams = Upstreams::new(config.forwards.max_inflight, shared.inflight.clone());
+        let upstreams = Upstreams::new(
+            config.forwards.max_inflight,
+            Duration::from_millis(config.forwards.upstream_idle_timeout_ms),
+            shared.workers.clone(),
+        );
         Core {
             resolve_constants: placement::Constants::new(config),
             shared,

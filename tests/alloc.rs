@@ -367,13 +367,6 @@ fn a_steady_forward_allocates_no_more_than_recorded() {
     );
 }
 
-/// The metric line `name value` of a `/metrics` text, as a number.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|value| value.trim().parse().ok())
-}
-
 /// What the node's cores hold per connection that has sent nothing: a small task waiting for
 /// its first byte (2,026 bytes measured), not the ~26 KiB of buffers and request state a
 /// connection with a request gets, which is what each held before (25,828 bytes measured; 6,000
@@ -388,7 +381,7 @@ fn a_connection_that_sends_nothing_holds_no_buffers() {
     let operator = token("ops", &["pinboard:operator"], &["*"]);
     let open = || {
         let text = support::http::get(addr, "/metrics", Some(&operator)).text();
-        metric(&text, "pinboard_connections").unwrap_or(0.0) as usize
+        support::metric(&text, "pinboard_connections").unwrap_or(0.0) as usize
     };
     // A scrape's own allocations are freed once it is answered, so what the cores hold before
     // and after one differs by what stayed: the idle connections.

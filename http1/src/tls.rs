@@ -203,8 +203,9 @@ impl ClientTls {
     pub async fn connect(&self, tcp: TcpStream, host: &str) -> io::Result<Transport> {
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a TLS server name"))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&tcp);
         let stream = self.connector.connect(name, tcp).await?;
-        Ok(Transport::TlsClient(Box::new(stream)))
+        Ok(Transport::TlsClient(Box::new(stream), fd))
     }
 }
 

@@ -7,6 +7,7 @@
 //! buffers, a few KiB) is boxed so a plain connection does not carry its size.
 
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 
 use monoio::BufResult;
 use monoio::buf::{IoBuf, IoBufMut, IoVecBuf, IoVecBufMut};
@@ -17,8 +18,9 @@ pub enum Transport {
     Plain(TcpStream),
     /// Accepted by a TLS listener.
     TlsServer(Box<monoio_rustls::ServerTlsStream<TcpStream>>),
-    /// Connected to a TLS server.
-    TlsClient(Box<monoio_rustls::ClientTlsStream<TcpStream>>),
+    /// Connected to a TLS server; the descriptor of the TCP stream under it, which the TLS
+    /// stream does not lend out, for [`Transport::is_stale`].
+    TlsClient(Box<monoio_rustls::ClientTlsStream<TcpStream>>, RawFd),
 }
 
 /// The same call on whichever stream a transport holds.
@@ -27,7 +29,7 @@ macro_rules! each {
         match $transport {
             Transport::Plain($s) => $call,
             Transport::TlsServer($s) => $call,
-            Transport::TlsClient($s) => $call,
+            Transport::TlsClient($s, _) => $call,
         }
     };
 }
@@ -41,6 +43,45 @@ impl Transport {
     pub fn is_tls(&self) -> bool {
         !matches!(self, Transport::Plain(_))
     }
+
+    /// Whether an idle connection can no longer carry a request: its peer closed it (an end of
+    /// stream, or a reset) or sent bytes nobody asked for (an HTTP/1.1 server's answer to
+    /// nothing, a TLS `close_notify`). Checked before a pooled connection is reused, as Pingora
+    /// and Go's transport do: a keep-alive connection the worker timed out is found closed here
+    /// instead of by a request sent into it. One non-blocking `recv(MSG_PEEK)`, nothing
+    /// consumed: a socket with nothing to read is alive.
+    pub fn is_stale(&self) -> bool {
+        let fd = match self {
+            Transport::Plain(s) => s.as_raw_fd(),
+            // A client's connection is never pooled: nothing reuses it after a pause.
+            Transport::TlsServer(_) => return true,
+            Transport::TlsClient(_, fd) => *fd,
+        };
+        peek_says_stale(fd)
+    }
+}
+
+fn peek_says_stale(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: `fd` is a socket this transport owns and keeps open for the call; the buffer is
+    // one byte we own. MSG_DONTWAIT makes the call return at once whatever the socket's mode
+    // (io_uring leaves sockets blocking); MSG_PEEK leaves any byte where it is.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        );
+    }
+    true
 }
 
 impl From<TcpStream> for Transport {

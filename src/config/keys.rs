@@ -82,6 +82,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
     key!(forwards.ca_file: Option<PathBuf> = optional(text_with(path))),
+    key!(forwards.upstream_idle_timeout_ms: u64 = whole(0, MAX_MS)),
     key!(secret passport.hs256_secret: Option<String> = optional(text_with(hs256_secret))),
     key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),

@@ -168,6 +168,10 @@ pub struct Forwards {
     pub max_inflight: u32,
     /// CA certificates (PEM) trusted for `https` workers besides the system roots.
     pub ca_file: Option<PathBuf>,
+    /// Longest time a pooled worker connection is kept idle, in ms, 0–86400000 (0: none is
+    /// reused). Default 4000, below the 5 s keep-alive of uvicorn, Node and the like; a worker's
+    /// shorter `Keep-Alive: timeout` wins.
+    pub upstream_idle_timeout_ms: u64,
 }
 
 /// Keys that verify Passport credentials (contract §2).
@@ -254,6 +258,7 @@ impl Default for Config {
                 timeout_ms: 30_000,
                 max_inflight: 1024,
                 ca_file: None,
+                upstream_idle_timeout_ms: 4_000,
             },
             metrics: true,
             fleet_epoch: 0,
@@ -535,6 +540,7 @@ log_format = "json"
 [forwards]
 timeout_ms = 5000
 max_inflight = 10
+upstream_idle_timeout_ms = 2500
 
 [passport]
 hs256_secret = "file-secret-0123456789abcdef012345"
@@ -575,6 +581,7 @@ write_timeout_ms = 3000
                 timeout_ms: 5_000,
                 max_inflight: 10,
                 ca_file: None,
+                upstream_idle_timeout_ms: 2_500,
             },
             metrics: false,
             fleet_epoch: 7,
@@ -684,6 +691,7 @@ write_timeout_ms = 3000
             ("PINBOARD_TRUSTED_PROXIES", "10.0.0.0/8,::1"),
             ("PINBOARD_FORWARDS__TIMEOUT_MS", "5000"),
             ("PINBOARD_FORWARDS__MAX_INFLIGHT", "10"),
+            ("PINBOARD_FORWARDS__UPSTREAM_IDLE_TIMEOUT_MS", "2500"),
             ("PINBOARD_METRICS", "false"),
             ("PINBOARD_FLEET_EPOCH", "7"),
             ("PINBOARD_NODE_ID", "edge-1"),

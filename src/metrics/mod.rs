@@ -30,9 +30,68 @@ pub const OUTCOMES: [&str; 12] = [
     "unavailable",
 ];
 
+/// Why a forward failed at the worker, for `pinboard_upstream_errors_total{kind}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// No connection (or TLS handshake) could be made: 502, the worker never saw the request.
+    Connect = 0,
+    /// No answer head within `forwards.timeout_ms`: 504.
+    Timeout,
+    /// Closed or reset before a complete answer: 502.
+    Reset,
+    /// An answer that is not HTTP/1.1 (or a `101` nobody asked for): 502.
+    Invalid,
+    /// A pooled connection found closed while the request was sent, and the request sent again
+    /// on a fresh one (not a failure the client saw).
+    StaleRetry,
+}
+
+impl UpstreamError {
+    pub const ALL: [UpstreamError; 5] = [
+        UpstreamError::Connect,
+        UpstreamError::Timeout,
+        UpstreamError::Reset,
+        UpstreamError::Invalid,
+        UpstreamError::StaleRetry,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UpstreamError::Connect => "connect",
+            UpstreamError::Timeout => "timeout",
+            UpstreamError::Reset => "reset",
+            UpstreamError::Invalid => "invalid",
+            UpstreamError::StaleRetry => "stale_retry",
+        }
+    }
+}
+
+/// Why an idle pooled connection was dropped when it was taken, for
+/// `pinboard_upstream_pool_dropped_total{reason}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolDrop {
+    /// Idle past `forwards.upstream_idle_timeout_ms` (or the worker's shorter keep-alive).
+    Expired = 0,
+    /// The worker closed it while it was idle (found by the check before reuse).
+    Closed,
+}
+
+impl PoolDrop {
+    pub const ALL: [PoolDrop; 2] = [PoolDrop::Expired, PoolDrop::Closed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PoolDrop::Expired => "expired",
+            PoolDrop::Closed => "closed",
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
+    upstream_errors: [AtomicU64; UpstreamError::ALL.len()],
+    pool_dropped: [AtomicU64; PoolDrop::ALL.len()],
     /// Client connections open on this core (a gauge).
     connections: AtomicU64,
     /// Connections closed at accept because the node had `max_connections` open.
@@ -58,6 +117,14 @@ impl CoreCounters {
 
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    pub fn upstream_error(&self, kind: UpstreamError) {
+        self.upstream_errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn pool_dropped(&self, reason: PoolDrop) {
+        self.pool_dropped[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one outcome; `name` must be one of [`OUTCOMES`].
@@ -94,6 +161,26 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
     })
 }
 
+/// Every core's upstream errors, summed, by kind.
+pub fn upstream_errors(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
+    UpstreamError::ALL
+        .iter()
+        .map(|k| (k.name(), sum(cores, |c| &c.upstream_errors[*k as usize])))
+        .collect()
+}
+
+/// Every core's dropped pooled connections, summed, by reason.
+pub fn pool_dropped(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
+    PoolDrop::ALL
+        .iter()
+        .map(|r| (r.name(), sum(cores, |c| &c.pool_dropped[*r as usize])))
+        .collect()
+}
+
+fn sum(cores: &[CoreCounters], of: impl Fn(&CoreCounters) -> &AtomicU64) -> u64 {
+    cores.iter().map(|c| of(c).load(Ordering::Relaxed)).sum()
+}
+
 /// What `/metrics` reports, read once per scrape.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -108,6 +195,12 @@ pub struct Snapshot {
     pub swept: Vec<(&'static str, u64)>,
     /// The durability sweep's wakes, by result (`woken`, `pending`).
     pub wakes: Vec<(&'static str, u64)>,
+    /// Forwards that failed at the worker, by kind ([`UpstreamError`]).
+    pub upstream_errors: Vec<(&'static str, u64)>,
+    /// Pooled connections dropped when taken, by reason ([`PoolDrop`]).
+    pub pool_dropped: Vec<(&'static str, u64)>,
+    /// Per worker (advertise URL): forwards in flight, idle pooled connections.
+    pub workers: Vec<(String, u64, u64)>,
     /// The fleet as the mirror poll read it.
     pub fleet: std::sync::Arc<crate::mirror::FleetView>,
     /// Label workers and placements with hostname and env (hostname-aware mode).
@@ -135,6 +228,18 @@ impl Collector for Snapshot {
                 "result",
                 &self.wakes,
             ),
+            (
+                "pinboard_upstream_errors",
+                "Forwards that failed at the worker, by kind (connect, timeout, reset, invalid), and stale pooled connections a request was sent again after (stale_retry)",
+                "kind",
+                &self.upstream_errors,
+            ),
+            (
+                "pinboard_upstream_pool_dropped",
+                "Idle pooled worker connections dropped when taken: expired (past the idle timeout) or closed (by the worker)",
+                "reason",
+                &self.pool_dropped,
+            ),
         ];
         for (name, help, label, samples) in families {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -157,6 +262,7 @@ impl Collector for Snapshot {
             refused.metric_type(),
         )?)?;
         self.encode_fleet(&mut encoder)?;
+        self.encode_workers(&mut encoder)?;
         let gauges = [
             (
                 "pinboard_connections",
@@ -183,6 +289,29 @@ impl Collector for Snapshot {
 }
 
 impl Snapshot {
+    /// Per worker this node talks to: forwards in flight and idle pooled connections.
+    fn encode_workers(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let families = [
+            (
+                "pinboard_upstream_inflight",
+                "Forwards in flight to a worker from this node, by advertise URL",
+            ),
+            (
+                "pinboard_upstream_idle_connections",
+                "Idle pooled connections to a worker on this node, by advertise URL",
+            ),
+        ];
+        for (i, (name, help)) in families.into_iter().enumerate() {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (url, inflight, idle) in &self.workers {
+                let n = if i == 0 { *inflight } else { *idle };
+                ConstGauge::new(n as i64)
+                    .encode(family.encode_family(&[("worker", url.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The fleet gauges: workers by namespace and state (and hostname and env in
     /// hostname-aware mode), placement rows by namespace (and env), the sweeper's holder.
     fn encode_fleet(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -327,6 +456,9 @@ mod tests {
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],
+            upstream_errors: vec![("connect", 1)],
+            pool_dropped: vec![("closed", 2)],
+            workers: vec![("http://127.0.0.1:9001".into(), 3, 4)],
             fleet: Default::default(),
             hostname_aware: false,
         }

@@ -43,6 +43,9 @@ pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) ->
             ("placement", shared.sweeps.rows.load(Ordering::Relaxed)),
             ("overwritten", shared.sweeps.markers.load(Ordering::Relaxed)),
         ],
+        upstream_errors: metrics::upstream_errors(&shared.counters),
+        pool_dropped: metrics::pool_dropped(&shared.counters),
+        workers: shared.workers.by_worker(),
         wakes: vec![
             ("woken", shared.sweeps.woken.load(Ordering::Relaxed)),
             (

@@ -21,6 +21,7 @@ use crate::http::{
     BodyError, ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into,
     write_all_within,
 };
+use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
 
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -81,6 +82,8 @@ pub struct Exchange<'a> {
     /// When the placement was resolved: a resolution older than [`STALE`] by the time the
     /// request would be sent is not used. `None`: send regardless (re-resolved enough).
     pub resolved_at: Option<Instant>,
+    /// This core's counters: upstream errors and stale retries.
+    pub counters: &'a CoreCounters,
 }
 
 /// How old a resolution may be when its forward is sent.
@@ -108,9 +111,12 @@ pub async fn exchange(
         head,
     );
 
-    // A request without a body can be sent again: a pooled connection the worker closed
-    // meanwhile gets one retry on a fresh connection.
-    let replayable = framing == BodyFraming::None;
+    // RFC 9110 §9.2.2: only an idempotent request may be sent again without knowing whether
+    // the worker acted on it, and only one without a body (a streamed body is gone). So a
+    // pooled connection that turns out closed before any byte of answer gets one more try on a
+    // fresh connection for such a request; any other request is retried only when none of it
+    // was written. The pool already drops the connections it can tell are closed.
+    let replayable = framing == BodyFraming::None && req.method().is_idempotent();
     let mut conn = conn;
     for attempt in 0..2 {
         let mut upstream = match conn.take() {
@@ -124,6 +130,7 @@ pub async fn exchange(
                         error = %e,
                         "forward: worker unreachable"
                     );
+                    exchange.counters.upstream_error(UpstreamError::Connect);
                     return (Outcome::Unreachable, None);
                 }
             },
@@ -134,16 +141,21 @@ pub async fn exchange(
             return (Outcome::Stale, Some(upstream));
         }
         let reused = upstream.reused;
+        let retry = |unsent: bool| reused && attempt == 0 && (replayable || unsent);
         // The buffer goes to the kernel and comes back, so the caller can reuse it.
         // A worker that takes no byte for the forward timeout is as good as unreachable.
-        let sent = write_all_within(&mut upstream.stream, std::mem::take(head), exchange.timeout);
-        let Some(head_back) = sent.await else {
-            if reused && replayable && attempt == 0 {
-                continue;
+        match send_head(&mut upstream, std::mem::take(head), exchange.timeout).await {
+            Ok(head_back) => *head = head_back,
+            Err((head_back, unsent)) => {
+                *head = head_back;
+                if retry(unsent) {
+                    exchange.counters.upstream_error(UpstreamError::StaleRetry);
+                    continue;
+                }
+                exchange.counters.upstream_error(UpstreamError::Reset);
+                return (Outcome::Failed, None);
             }
-            return (Outcome::Failed, None);
-        };
-        *head = head_back;
+        }
         if framing != BodyFraming::None {
             match send_body(req, &mut upstream, framing, exchange.timeout).await {
                 Ok(()) => {}
@@ -156,6 +168,7 @@ pub async fn exchange(
                 // A switch nobody asked for cannot be relayed: the client would read the
                 // worker's new protocol as an HTTP answer.
                 if exchange.forwarded.upgrade.is_none() {
+                    exchange.counters.upstream_error(UpstreamError::Invalid);
                     return (Outcome::Failed, None);
                 }
                 // An upgraded connection carries the tunnel to its end: never pooled.
@@ -166,12 +179,56 @@ pub async fn exchange(
             }
             // Anything else, upgrade asked or not, is an ordinary answer relayed as such.
             Ok(response) => return relay(req, upstream, response, exchange.timeout).await,
-            Err(HeadFailure::TimedOut) => return (Outcome::TimedOut, None),
-            Err(HeadFailure::Closed) if reused && replayable && attempt == 0 => continue,
-            Err(_) => return (Outcome::Failed, None),
+            Err(HeadFailure::TimedOut) => {
+                exchange.counters.upstream_error(UpstreamError::Timeout);
+                return (Outcome::TimedOut, None);
+            }
+            Err(HeadFailure::Closed) if retry(false) => {
+                exchange.counters.upstream_error(UpstreamError::StaleRetry);
+                continue;
+            }
+            Err(HeadFailure::Malformed) => {
+                exchange.counters.upstream_error(UpstreamError::Invalid);
+                return (Outcome::Failed, None);
+            }
+            Err(HeadFailure::Closed) => {
+                exchange.counters.upstream_error(UpstreamError::Reset);
+                return (Outcome::Failed, None);
+            }
         }
     }
     (Outcome::Failed, None)
+}
+
+/// Writes the request head. On failure, gives the buffer back with whether none of it was
+/// written: the first write failed outright, so the worker cannot have seen the request.
+async fn send_head(
+    upstream: &mut Upstream,
+    head: BytesMut,
+    stuck: Duration,
+) -> Result<BytesMut, (BytesMut, bool)> {
+    let len = head.len();
+    let (first, head) = match monoio::time::timeout(stuck, upstream.stream.write(head)).await {
+        Ok(written) => written,
+        // A timed-out write was cancelled, but how much of it the kernel took is unknown; the
+        // buffer went with the cancelled operation.
+        Err(_) => return Err((BytesMut::new(), false)),
+    };
+    match first {
+        Ok(n) if n == len => Ok(head),
+        Ok(0) | Err(_) => Err((head, true)),
+        Ok(n) => {
+            let mut rest = head;
+            let tail = rest.split_off(n);
+            match write_all_within(&mut upstream.stream, tail, stuck).await {
+                Some(tail) => {
+                    rest.unsplit(tail);
+                    Ok(rest)
+                }
+                None => Err((rest, false)),
+            }
+        }
+    }
 }
 
 enum SendError {
@@ -192,7 +249,10 @@ async fn early_answer(
         Ok(head) if head.status != StatusCode::SWITCHING_PROTOCOLS => {
             (relay(req, upstream, head, exchange.timeout).await.0, None)
         }
-        _ => (Outcome::Failed, None),
+        _ => {
+            exchange.counters.upstream_error(UpstreamError::Reset);
+            (Outcome::Failed, None)
+        }
     }
 }
 
@@ -235,6 +295,7 @@ enum HeadFailure {
     TimedOut,
     /// Closed or reset before any byte of an answer.
     Closed,
+    /// Not an HTTP/1.1 answer head, too large, or cut off in the middle.
     Malformed,
 }
 
@@ -344,6 +405,7 @@ async fn relay(
         req.output(),
     );
     let status = head.status;
+    upstream.keep_alive = keep_alive_timeout(&head.headers);
     let upstream_keeps = head.version == Version::HTTP_11
         && !head.headers.get_all(header::CONNECTION).iter().any(|v| {
             v.as_bytes()
@@ -370,6 +432,19 @@ async fn relay(
             None,
         ),
     }
+}
+
+/// The `timeout=N` of a `Keep-Alive` header (RFC 2068 §19.7.1.1, still sent by many servers):
+/// how many seconds the worker keeps the connection open idle.
+fn keep_alive_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("keep-alive")?.as_bytes();
+    value.split(|b| *b == b',').find_map(|param| {
+        let (name, secs) = std::str::from_utf8(param).ok()?.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("timeout") {
+            return None;
+        }
+        secs.trim().parse().ok().map(Duration::from_secs)
+    })
 }
 
 /// Relays the worker's `101` (`response_head` restates `Connection: upgrade` and `Upgrade`),
@@ -553,5 +628,31 @@ impl std::fmt::Write for BytesMutFmt<'_> {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_timeout_is_read_from_its_parameter() {
+        let of = |v: &'static str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("keep-alive", HeaderValue::from_static(v));
+            keep_alive_timeout(&h)
+        };
+        assert_eq!(of("timeout=5"), Some(Duration::from_secs(5)));
+        assert_eq!(of("max=100, Timeout = 2"), Some(Duration::from_secs(2)));
+        for bad in [
+            "max=100",
+            "timeout=",
+            "timeout=-1",
+            "timeout=1.5",
+            "timeouts=3",
+        ] {
+            assert_eq!(of(bad), None, "{bad}");
+        }
+        assert_eq!(keep_alive_timeout(&http::HeaderMap::new()), None);
     }
 }

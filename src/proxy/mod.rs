@@ -193,8 +193,9 @@ pub async fn handle(
             // After two re-resolves the forward goes anyway: the worker's epoch guard catches
             // one that is still stale.
             resolved_at: (stale < 2).then_some(resolved_at),
+            counters: core.counters(),
         };
-        let pooled = core.upstreams.pool.take(&worker.url);
+        let pooled = core.upstreams.pool.take(&worker.url, core.counters());
         let (outcome, back) = forward::exchange(req, &exchange, pooled, &mut buffers.head).await;
         core.upstreams.spare.borrow_mut().push(buffers);
         if let Some(conn) = back {

@@ -1,5 +1,5 @@
 //! This core's upstream state: the workers it forwards to (address, keyed HMAC state, the
-//! node-wide inflight count), its keep-alive pool, the workers it ejected, and reusable
+//! node-wide inflight gauge), its keep-alive pool, the workers it ejected, and reusable
 //! buffers. Only this core touches it; the data plane ([`crate::proxy`]) reads and fills it.
 
 mod pool;
@@ -31,39 +31,81 @@ pub struct Worker {
     secret: String,
     pub addr: WorkerAddr,
     pub signer: Signer,
-    inflight: Arc<AtomicU32>,
+    inflight: Arc<Gauge>,
 }
 
-/// Forwards in flight per worker session across all of the node's cores: `forwards.max_inflight`
-/// bounds what one node sends one worker, whichever core a client lands on. Each core looks its
-/// counter up here once per session (the lock is off the request path); a forward then costs one
-/// atomic increment and one decrement.
+/// Node-wide gauges of the workers this node forwards to, across all of its cores: forwards in
+/// flight per worker session (`forwards.max_inflight` bounds what one node sends one worker,
+/// whichever core a client lands on) and idle pooled connections per advertise URL. Each core
+/// looks a gauge up here once per session or address (the lock is off the request path); a
+/// forward then costs one atomic increment and one decrement. An entry lives while a core holds
+/// its gauge, so `/metrics` lists the workers this node still talks to, no more.
 #[derive(Default)]
-pub struct InflightCounters {
-    by_session: Mutex<AHashMap<String, Weak<AtomicU32>>>,
+pub struct WorkerGauges {
+    inflight: Mutex<AHashMap<String, Weak<Gauge>>>,
+    idle: Mutex<AHashMap<String, Weak<Gauge>>>,
 }
 
-impl InflightCounters {
-    fn of(&self, session: &str) -> Arc<AtomicU32> {
-        let mut counters = self.by_session.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(counter) = counters.get(session).and_then(Weak::upgrade) {
-            return counter;
-        }
-        // Counters no core holds any more are dropped now and then, not per lookup.
-        if counters.len() >= 1024 && counters.len().is_power_of_two() {
-            counters.retain(|_, c| c.strong_count() > 0);
-        }
-        let counter = Arc::new(AtomicU32::new(0));
-        counters.insert(session.to_owned(), Arc::downgrade(&counter));
-        counter
+/// One worker's gauge, with the advertise URL it is reported under.
+pub struct Gauge {
+    pub url: String,
+    pub value: AtomicU32,
+}
+
+impl WorkerGauges {
+    fn inflight_of(&self, session: &str, url: &str) -> Arc<Gauge> {
+        gauge_of(&self.inflight, session, url)
     }
+
+    fn idle_of(&self, url: &str) -> Arc<Gauge> {
+        gauge_of(&self.idle, url, url)
+    }
+
+    /// Forwards in flight and idle pooled connections, summed per advertise URL (a worker
+    /// that registered again under a new session, at the same URL, is one line).
+    pub fn by_worker(&self) -> Vec<(String, u64, u64)> {
+        let mut by_url: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+        for (map, inflight) in [(&self.inflight, true), (&self.idle, false)] {
+            let map = map.lock().unwrap_or_else(|e| e.into_inner());
+            for gauge in map.values().filter_map(Weak::upgrade) {
+                let n = u64::from(gauge.value.load(Ordering::Relaxed));
+                let entry = by_url.entry(gauge.url.clone()).or_default();
+                if inflight {
+                    entry.0 += n;
+                } else {
+                    entry.1 += n;
+                }
+            }
+        }
+        by_url
+            .into_iter()
+            .map(|(url, (a, b))| (url, a, b))
+            .collect()
+    }
+}
+
+fn gauge_of(map: &Mutex<AHashMap<String, Weak<Gauge>>>, key: &str, url: &str) -> Arc<Gauge> {
+    let mut gauges = map.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(gauge) = gauges.get(key).and_then(Weak::upgrade) {
+        return gauge;
+    }
+    // Gauges no core holds any more are dropped now and then, not per lookup.
+    if gauges.len() >= 1024 && gauges.len().is_power_of_two() {
+        gauges.retain(|_, g| g.strong_count() > 0);
+    }
+    let gauge = Arc::new(Gauge {
+        url: url.to_owned(),
+        value: AtomicU32::new(0),
+    });
+    gauges.insert(key.to_owned(), Arc::downgrade(&gauge));
+    gauge
 }
 
 /// This core's upstream state. Only this core touches it.
 pub struct Upstreams {
     pub pool: Pool,
     workers: RefCell<AHashMap<String, Rc<Worker>>>,
-    counters: Arc<InflightCounters>,
+    gauges: Arc<WorkerGauges>,
     ejected: RefCell<AHashMap<String, Instant>>,
     /// In-flight forwards per worker, node-wide (`forwards.max_inflight`).
     pub cap: u32,
@@ -80,11 +122,11 @@ pub struct Buffers {
 }
 
 impl Upstreams {
-    pub fn new(max_inflight: u32, counters: Arc<InflightCounters>) -> Upstreams {
+    pub fn new(max_inflight: u32, idle_timeout: Duration, gauges: Arc<WorkerGauges>) -> Upstreams {
         Upstreams {
-            pool: Pool::default(),
+            pool: Pool::new(idle_timeout, gauges.clone()),
             workers: RefCell::default(),
-            counters,
+            gauges,
             ejected: RefCell::default(),
             cap: max_inflight,
             spare: RefCell::default(),
@@ -121,7 +163,7 @@ impl Upstreams {
             secret: secret.to_owned(),
             addr,
             signer: Signer::new(secret.as_bytes()),
-            inflight: self.counters.of(session_id),
+            inflight: self.gauges.inflight_of(session_id, url),
         });
         let mut workers = self.workers.borrow_mut();
         if workers.len() > 10_000 {
@@ -164,11 +206,12 @@ pub struct Inflight<'a>(&'a AtomicU32);
 
 impl<'a> Inflight<'a> {
     pub fn enter(worker: &'a Worker, cap: u32) -> Option<Inflight<'a>> {
-        if worker.inflight.fetch_add(1, Ordering::AcqRel) >= cap {
-            worker.inflight.fetch_sub(1, Ordering::AcqRel);
+        let inflight = &worker.inflight.value;
+        if inflight.fetch_add(1, Ordering::AcqRel) >= cap {
+            inflight.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        Some(Inflight(&worker.inflight))
+        Some(Inflight(inflight))
     }
 }
 

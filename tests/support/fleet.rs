@@ -54,6 +54,19 @@ impl Fixture {
         (f, worker, session)
     }
 
+    /// The node's `/metrics` text, scraped with an operator credential over every namespace.
+    pub fn metrics(&self) -> String {
+        let operator = super::node::token("ops", &["pinboard:operator"], &["*"]);
+        let r = get(self.node.addr, "/metrics", Some(&operator));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+    }
+
+    /// One sample of [`Fixture::metrics`], 0 when absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        super::metric(&self.metrics(), sample).unwrap_or(0.0)
+    }
+
     pub fn post(&self, route: &str, token: &str, body: &Value) -> Reply {
         post_json(
             self.node.addr,

@@ -19,3 +19,11 @@ pub mod worker;
 pub fn keys(shards: u32) -> pinboard::store::Keys {
     pinboard::store::Keys::new("pinboard:", shards)
 }
+
+/// The value of one sample of a `/metrics` text, named as it is written: the metric name and its
+/// labels (`pinboard_upstream_errors_total{kind="reset"}`).
+pub fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}

@@ -101,6 +101,9 @@ struct State {
     activating: usize,
     /// The path its advertise URL carries (`""` for none): taken off each request's path once.
     base: String,
+    /// How long a connection may wait idle for its next request before the worker closes it
+    /// (uvicorn's `timeout_keep_alive`); 30 s unless set.
+    idle_close: Duration,
 }
 
 pub struct TestWorker {
@@ -122,6 +125,7 @@ impl TestWorker {
             serve: Serve::Echo,
             activating: 0,
             base: String::new(),
+            idle_close: Duration::from_secs(30),
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
@@ -185,6 +189,12 @@ impl TestWorker {
         self.state.lock().unwrap().activating = n;
     }
 
+    /// Closes a keep-alive connection once it has waited `idle` for its next request, as
+    /// uvicorn (5 s), Node (5 s) and most servers do.
+    pub fn set_idle_close(&self, idle: Duration) {
+        self.state.lock().unwrap().idle_close = idle;
+    }
+
     pub fn set_serve(&self, serve: Serve) {
         self.state.lock().unwrap().serve = serve;
     }
@@ -240,10 +250,11 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// Serves requests on one connection until the peer closes, an answer closes it, or the worker
 /// stops.
 fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {
+        let idle = state.lock().unwrap().idle_close;
+        let _ = conn.set_read_timeout(Some(idle));
         let head_end = loop {
             if let Some(i) = find(&buf, b"\r\n\r\n") {
                 break i + 4;
