@@ -7,6 +7,7 @@ use std::hint::black_box;
 use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use pinboard::correlation::Correlation;
 use pinboard::http::Persistence;
 use pinboard::proxy::{BodyFraming, Forwarded, request_head, response_head};
 
@@ -63,11 +64,13 @@ fn rewrite(c: &mut Criterion) {
     let attestation = b"eyJhbGciOiJIUzI1NiIsInR5cCI6InBpbmJvYXJkK2p3dCJ9.\
 eyJhdWQiOiI5YjJmNGMxZTdhM2Q1YjhmMGM2ZTJhNGQ4YjFmM2U1YyIsImlhdCI6MTc2NDQwMDAwMCwiZXhwIjoxNzY0NDAwMDMwfQ.\
 c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
+    let correlation = Correlation::of(&request, rand::random);
     let forwarded = Forwarded {
         peer: "203.0.113.7".parse().unwrap(),
         epoch: "1764400000123",
         attestation,
         upgrade: None,
+        correlation: &correlation,
     };
     let mut dst = BytesMut::with_capacity(2048);
 
@@ -104,6 +107,7 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
         &response,
         BodyFraming::Length(2048),
         Persistence::Implicit,
+        correlation.request_id(),
         &mut dst,
     );
     group.throughput(Throughput::Bytes(dst.len() as u64));
@@ -115,9 +119,19 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
                 black_box(&response),
                 BodyFraming::Length(2048),
                 Persistence::Implicit,
+                correlation.request_id(),
                 &mut dst,
             );
             dst.len()
+        })
+    });
+    // What every request pays for its ids: none sent, so both are made.
+    let bare = HeaderMap::new();
+    group.bench_function("correlation_new", |b| {
+        b.iter(|| {
+            Correlation::of(black_box(&bare), rand::random)
+                .trace_id()
+                .len()
         })
     });
     group.finish();

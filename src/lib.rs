@@ -9,10 +9,12 @@
 //! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
 //! loops, the process lifecycle) driving it all.
 
+pub mod access_log;
 pub mod answers;
 pub mod attestation;
 pub mod clock;
 pub mod config;
+pub mod correlation;
 pub mod fleet;
 pub mod metrics;
 pub mod mirror;

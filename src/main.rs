@@ -240,7 +240,9 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
     )
     .map_err(|e| format!("config error: passport: {e}"))?;
     let tls = NodeTls::load(&config)?;
-    Ok(Shared::new(config, passport, tls))
+    let mut shared = Shared::new(config, passport, tls);
+    shared.open_access_log()?;
+    Ok(shared)
 }
 
 /// Connects and logs in to Redis once before any core starts: credentials or a database that

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
+use crate::access_log::{AccessLog, AccessLogSetup};
+use crate::config::{AccessLogFormat, Config};
 use crate::http::Limits;
 use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
 use crate::metrics::{CoreCounters, SweepCounters};
@@ -40,6 +41,8 @@ pub struct Shared {
     /// The registry as the mirror poll last read it, for `/metrics`.
     pub mirror: crate::mirror::Mirror,
     pub tls: NodeTls,
+    /// The access log's format and target, when it is on.
+    pub access_log: Option<Arc<AccessLogSetup>>,
 }
 
 /// The node's TLS: its listener's certificate pair when it serves HTTPS, the trust its
@@ -106,7 +109,27 @@ impl Shared {
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
+            access_log: None,
         }
+    }
+
+    /// Turns the access log on as the configuration says (`access_log`, `access_log_path`);
+    /// the error is one line naming the key whose target cannot be opened.
+    pub fn open_access_log(&mut self) -> Result<(), String> {
+        let config = &self.config;
+        if config.access_log == AccessLogFormat::Off {
+            return Ok(());
+        }
+        let path = config.access_log_path.as_deref();
+        let setup = AccessLogSetup::new(config.access_log, path).map_err(|e| match path {
+            Some(p) => format!(
+                "config error: access_log_path: cannot open {}: {e}",
+                p.display()
+            ),
+            None => format!("config error: access_log: cannot write to standard output: {e}"),
+        })?;
+        self.access_log = Some(Arc::new(setup));
+        Ok(())
     }
 
     pub fn http_limits(&self) -> Limits {
@@ -149,6 +172,8 @@ pub struct Core {
     pub store: Store,
     pub upstreams: Upstreams,
     pub resolve_constants: placement::Constants,
+    /// This core's access log, when it is on.
+    pub access_log: Option<AccessLog>,
 }
 
 impl Core {
@@ -166,7 +191,10 @@ impl Core {
             Duration::from_millis(config.forwards.upstream_idle_timeout_ms),
             shared.workers.clone(),
         );
+        let node_id: Arc<str> = config.node_id.as_str().into();
+        let access_log = (shared.access_log.clone()).map(|setup| AccessLog::new(setup, node_id));
         Core {
+            access_log,
             resolve_constants: placement::Constants::new(config),
             shared,
             index,

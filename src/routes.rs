@@ -7,13 +7,18 @@
 //! refuse or to fail; the node answers an error from its origin ([`answers::for_error`]).
 
 use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use http::Method;
+use http::{HeaderName, HeaderValue, Method};
 use tracing::debug;
 
+use crate::access_log::Record;
 use crate::answers::{self, Fail, Handled};
+use crate::correlation::{Correlation, REQUEST_ID};
 use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response, remove_dot_segments};
+use crate::metrics::RequestKind;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::{operator, proxy, registry};
@@ -178,6 +183,17 @@ const ROUTES: [Route; 16] = [
     ),
 ];
 
+impl Route {
+    /// What the request metrics count it as, by the credential it takes.
+    fn kind(&self) -> RequestKind {
+        match self.scope {
+            None => RequestKind::Health,
+            Some(WORKER_SCOPE) => RequestKind::Registry,
+            Some(_) => RequestKind::Operator,
+        }
+    }
+}
+
 fn method_matches(route: &Route, method: &Method) -> bool {
     match route.method {
         Takes::Get => matches!(*method, Method::GET | Method::HEAD),
@@ -186,8 +202,14 @@ fn method_matches(route: &Route, method: &Method) -> bool {
 }
 
 impl Handler for Core {
-    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
-        match dispatch(self, req).await {
+    type Note = Record;
+
+    /// Every answer carries the request's `X-Request-Id` (a relayed one gets it where its head
+    /// is rewritten), and the request's record is filled on the way for [`Handler::answered`].
+    async fn handle(&self, req: &mut Request<'_>, record: &mut Record) -> Result<Response, Error> {
+        record.started = Some(Instant::now());
+        let correlation = Correlation::of(&req.head.headers, rand::random);
+        let answer = match dispatch(self, req, &correlation, record).await {
             Ok(answer) | Err(Fail::Answer(answer)) => Ok(answer),
             Err(Fail::Error(e)) => {
                 // Contract §8: a Redis call that failed for a transient reason (disconnected,
@@ -196,15 +218,65 @@ impl Handler for Core {
                 if e.origin() == Origin::Redis && e.is_retryable() {
                     debug!(path = req.path(), error = %e, "registry unavailable");
                     self.counters().count("unavailable");
+                    record.outcome = Some("unavailable");
                 }
                 answers::for_error(e)
             }
+        };
+        let answer = answer.map(|a| with_request_id(a, &correlation));
+        record.correlation = Some(correlation);
+        answer
+    }
+
+    /// The request metrics, and the access log's line.
+    fn answered(&self, record: Record, req: &Request<'_>, response: &Response, sent: u64) {
+        let took = record.started.map_or(Duration::ZERO, |at| at.elapsed());
+        self.counters()
+            .answered(record.kind, response.status.as_u16(), took);
+        if let Some(log) = &self.access_log {
+            log.write(&record, req.peer.ip(), Some(req), response, sent);
+        }
+    }
+
+    /// A head refused before routing: counted and logged as a data-plane answer, with a new
+    /// request id.
+    fn refused(&self, peer: SocketAddr, response: &mut Response) {
+        let correlation = Correlation::of(&http::HeaderMap::new(), rand::random);
+        response.headers.push(request_id_header(&correlation));
+        self.counters()
+            .answered(RequestKind::Data, response.status.as_u16(), Duration::ZERO);
+        if let Some(log) = &self.access_log {
+            let record = Record {
+                correlation: Some(correlation),
+                ..Record::default()
+            };
+            log.write(&record, peer.ip(), None, response, 0);
         }
     }
 }
 
-/// Which handler answers a request.
-async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
+fn request_id_header(correlation: &Correlation) -> (HeaderName, HeaderValue) {
+    // Visible ASCII only (checked, or made here): always a valid header value.
+    let value = HeaderValue::from_str(correlation.request_id()).expect("visible ASCII");
+    (HeaderName::from_static(REQUEST_ID), value)
+}
+
+/// A node answer with the request's id; a relayed one already has it.
+fn with_request_id(answer: Response, correlation: &Correlation) -> Response {
+    if answer.is_relayed() {
+        return answer;
+    }
+    let (name, value) = request_id_header(correlation);
+    answer.header(name, value)
+}
+
+/// Which handler answers a request; notes its kind in `record`.
+async fn dispatch(
+    core: &Core,
+    req: &mut Request<'_>,
+    correlation: &Correlation,
+    record: &mut Record,
+) -> Handled {
     let raw = req.path();
     if let Some(route) = ROUTES
         .iter()
@@ -214,6 +286,7 @@ async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
         if route.name == Name::Metrics && !core.shared.config.metrics {
             return Ok(answers::unknown_namespace());
         }
+        record.kind = route.kind();
         return call(core, req, route).await;
     }
     let base = core.shared.config.base_path.as_str();
@@ -226,11 +299,15 @@ async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
         return Ok(answers::not_found());
     };
     if path == "/registry" || path.starts_with("/registry/") {
+        record.kind = RequestKind::Registry;
         return match ROUTES
             .iter()
             .find(|r| r.mount == Mount::Base && r.path == path)
         {
-            Some(route) => call(core, req, route).await,
+            Some(route) => {
+                record.kind = route.kind();
+                call(core, req, route).await
+            }
             // Unknown registry paths authenticate as worker routes before answering, so
             // probing them tells an unauthenticated caller nothing about which routes exist.
             None => {
@@ -252,7 +329,8 @@ async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
             (Cow::Owned(p), Some(q)) => Cow::Owned(format!("{p}?{q}")),
             (Cow::Owned(p), None) => Cow::Borrowed(p.as_str()),
         };
-        return proxy::handle(core, req, path, &with_query[base.len()..]).await;
+        let path_and_query = &with_query[base.len()..];
+        return proxy::handle(core, req, path, path_and_query, correlation, record).await;
     }
     Ok(answers::not_found())
 }

@@ -25,6 +25,18 @@ impl<const N: usize> InlineStr<N> {
     pub fn as_str(&self) -> &str {
         self
     }
+
+    pub fn push_str(&mut self, text: &str) {
+        self.0.extend_from_slice(text.as_bytes());
+    }
+
+    /// The low `digits` hex digits of `n`, lowercase and zero-padded (at most 32).
+    pub fn push_hex(&mut self, n: u128, digits: usize) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        for shift in (0..digits.min(32)).rev() {
+            self.0.push(HEX[((n >> (shift * 4)) & 0xf) as usize]);
+        }
+    }
 }
 
 impl<const N: usize> Default for InlineStr<N> {
@@ -50,7 +62,7 @@ impl<const N: usize> Deref for InlineStr<N> {
 
 impl<const N: usize> fmt::Write for InlineStr<N> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
+        self.push_str(s);
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use pinboard::attestation::{Claims, Instance, Purpose, Signer};
+use pinboard::correlation::Correlation;
 use pinboard::http::Persistence;
 use pinboard::proxy::{BodyFraming, Forwarded, request_head, response_head};
 use pinboard::redis::encode_command;
@@ -177,6 +178,7 @@ fn request_head_allocates_nothing() {
         ("pinboard-attestation", "forged"),
     ]);
     let mut dst = BytesMut::new();
+    let correlation = Correlation::of(&inbound, || 42);
     for (peer, upgrade) in [
         ("203.0.113.7", None),
         ("2001:db8::17", Some(&b"websocket"[..])),
@@ -186,6 +188,7 @@ fn request_head_allocates_nothing() {
             epoch: "1764400000123",
             attestation: b"header.claims.signature",
             upgrade,
+            correlation: &correlation,
         };
         let n = allocations_after_warm_up(|| {
             dst.clear();
@@ -229,6 +232,7 @@ fn response_head_allocates_nothing() {
                 &outbound,
                 framing,
                 Persistence::KeepAlive,
+                "9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c",
                 &mut dst,
             );
         });
@@ -236,6 +240,24 @@ fn response_head_allocates_nothing() {
             n, 0,
             "response_head ({framing:?}) allocated {n} times in 100 calls"
         );
+    }
+}
+
+/// A request's ids, made (none sent) or kept (a client's), live on the stack.
+#[test]
+fn correlation_allocates_nothing() {
+    let sent = headers(&[
+        ("x-request-id", "client-chosen-id-0123456789"),
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
+    ]);
+    for inbound in [HeaderMap::new(), sent] {
+        let n = allocations_after_warm_up(|| {
+            black_box(Correlation::of(&inbound, rand::random));
+        });
+        assert_eq!(n, 0, "Correlation::of allocated {n} times in 100 calls");
     }
 }
 

@@ -21,7 +21,9 @@ struct Counter {
 }
 
 impl Handler for TestRoutes {
-    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+    type Note = ();
+
+    async fn handle(&self, req: &mut Request<'_>, _: &mut ()) -> Result<Response, Error> {
         match req.path() {
             "/json" => match read_json::<Counter>(req, 1024, "{n: number}").await {
                 Ok(c) => Ok(Response::json_value(

@@ -18,6 +18,7 @@ use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use monoio_codec::{Decoded, Decoder};
 use pinboard::http::{Framing, HeadDecoder};
+use pinboard::correlation::Correlation;
 use pinboard::proxy::{BodyFraming, Forwarded, request_head};
 
 fuzz_target!(|data: &[u8]| {
@@ -29,11 +30,14 @@ fuzz_target!(|data: &[u8]| {
     let Ok(Decoded::Some((head, framing))) = HeadDecoder::new(max).decode(&mut buf) else {
         return;
     };
+    // The client's X-Request-Id and traceparent, whatever bytes they hold, are read here.
+    let correlation = Correlation::of(&head.headers, || 7);
     let forwarded = Forwarded {
         peer: "127.0.0.1".parse().unwrap(),
         epoch: "1700000000001",
         attestation: b"token",
         upgrade: None,
+        correlation: &correlation,
     };
     let path = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = BytesMut::new();
@@ -87,4 +91,8 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(named("pinboard-epoch").len(), 1);
     assert_eq!(named("pinboard-attestation").len(), 1);
+    // One id and one trace context reach the worker: ours (the client's, when usable).
+    assert_eq!(named("x-request-id"), [correlation.request_id().as_bytes()]);
+    assert_eq!(named("traceparent"), [correlation.traceparent().as_bytes()]);
+    assert_eq!(correlation.traceparent().len(), 55);
 });

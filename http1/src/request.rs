@@ -67,6 +67,10 @@ pub struct Request<'c> {
     expect_continue: bool,
     keep_alive: bool,
     read_timeout: Duration,
+    /// Body bytes handed to the handler so far.
+    body_read: u64,
+    /// The connection's bytes written or queued when this request began.
+    sent_before: u64,
 }
 
 impl<'c> Request<'c> {
@@ -87,8 +91,11 @@ impl<'c> Request<'c> {
             Framing::Length(n) => BodyState::Length(n),
             Framing::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
         };
+        let sent_before = conn.sent + conn.out.len() as u64;
         Request {
             keep_alive: wants_keep_alive(&head),
+            body_read: 0,
+            sent_before,
             head,
             peer,
             conn,
@@ -146,10 +153,28 @@ impl<'c> Request<'c> {
     /// The next piece of the body, `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         let result = self.next_chunk().await;
-        if result.is_err() {
-            self.body = BodyState::Broken;
+        match &result {
+            Ok(Some(data)) => self.body_read += data.len() as u64,
+            Ok(None) => {}
+            Err(_) => self.body = BodyState::Broken,
         }
         result
+    }
+
+    /// Body bytes read so far (by the handler, or drained after it).
+    pub fn body_bytes_read(&self) -> u64 {
+        self.body_read
+    }
+
+    /// Bytes written or queued for the client since this request began: its answer, head
+    /// included (and a `100 Continue`).
+    pub fn bytes_sent(&self) -> u64 {
+        self.conn.sent + self.conn.out.len() as u64 - self.sent_before
+    }
+
+    /// Whether the client already sent (part of) its next request.
+    pub(super) fn pipelined(&self) -> bool {
+        !self.conn.reader.read_buffer().is_empty()
     }
 
     async fn next_chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
@@ -304,6 +329,7 @@ impl Conn {
             return true;
         }
         let out = std::mem::take(&mut self.out);
+        self.sent += out.len() as u64;
         match write_all_within(&mut self.writer, out, self.write_timeout).await {
             Some(mut out) => {
                 out.clear();

@@ -44,7 +44,25 @@ pub const OUTPUT_HIGH_WATER: usize = 64 * 1024;
 
 /// What the node does with a request.
 pub trait Handler {
-    fn handle(&self, req: &mut Request<'_>) -> impl Future<Output = Result<Response, Error>>;
+    /// What the handler notes about a request while answering it (the node's access-log
+    /// record), handed back to [`Handler::answered`] once the answer is out. Made per request
+    /// on the connection task's stack.
+    type Note: Default;
+
+    fn handle(
+        &self,
+        req: &mut Request<'_>,
+        note: &mut Self::Note,
+    ) -> impl Future<Output = Result<Response, Error>>;
+
+    /// The answer to `req` is written (or queued behind pipelined ones): `sent` bytes went to
+    /// the client for it, head included. `response` is what was answered (for a relayed
+    /// answer, [`Response::relayed`] with the worker's status).
+    fn answered(&self, _note: Self::Note, _req: &Request<'_>, _response: &Response, _sent: u64) {}
+
+    /// An answer the connection gives before any request reached [`Handler::handle`] (a
+    /// malformed or too large head, a head that took too long): the handler may add to it.
+    fn refused(&self, _peer: SocketAddr, _response: &mut Response) {}
 }
 
 pub struct Conn {
@@ -53,6 +71,8 @@ pub struct Conn {
     /// Responses not yet written: flushed when the client has no further request pipelined,
     /// or once they pass [`OUTPUT_HIGH_WATER`].
     pub(super) out: BytesMut,
+    /// Bytes written to the client so far (what `out` held at each flush).
+    pub(super) sent: u64,
     pub(super) write_timeout: Duration,
 }
 
@@ -121,6 +141,7 @@ async fn serve<H: Handler>(
         reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),
         writer,
         out: BytesMut::with_capacity(8192),
+        sent: 0,
         write_timeout: limits.write_timeout,
     };
     let mut first = true;
@@ -142,36 +163,41 @@ async fn serve<H: Handler>(
             }
         }
         first = false;
-        let (head, framing) =
-            match monoio::time::timeout(limits.header_timeout, conn.reader.next()).await {
-                Ok(Some(Ok(head))) => head,
-                Ok(None) | Ok(Some(Err(HeadError::Io(_)))) => return,
-                Ok(Some(Err(e))) => {
-                    debug!(%peer, error = %e, "refusing request head");
-                    let (status, message) = match e {
-                        HeadError::TooLarge(_) => (
-                            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                            "request header too large",
-                        ),
-                        HeadError::UnsupportedEncoding => {
-                            (StatusCode::NOT_IMPLEMENTED, "unsupported transfer-encoding")
-                        }
-                        _ => (StatusCode::BAD_REQUEST, "bad request"),
-                    };
-                    refuse(&mut conn, Response::error(status, message)).await;
-                    return;
-                }
-                Err(_) => {
-                    let timeout = Response::error(StatusCode::REQUEST_TIMEOUT, "request timeout");
-                    refuse(&mut conn, timeout).await;
-                    return;
-                }
-            };
+        let (head, framing) = match monoio::time::timeout(limits.header_timeout, conn.reader.next())
+            .await
+        {
+            Ok(Some(Ok(head))) => head,
+            Ok(None) | Ok(Some(Err(HeadError::Io(_)))) => return,
+            Ok(Some(Err(e))) => {
+                debug!(%peer, error = %e, "refusing request head");
+                let (status, message) = match e {
+                    HeadError::TooLarge(_) => (
+                        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                        "request header too large",
+                    ),
+                    HeadError::UnsupportedEncoding => {
+                        (StatusCode::NOT_IMPLEMENTED, "unsupported transfer-encoding")
+                    }
+                    _ => (StatusCode::BAD_REQUEST, "bad request"),
+                };
+                let mut answer = Response::error(status, message);
+                handler.refused(peer, &mut answer);
+                refuse(&mut conn, answer).await;
+                return;
+            }
+            Err(_) => {
+                let mut timeout = Response::error(StatusCode::REQUEST_TIMEOUT, "request timeout");
+                handler.refused(peer, &mut timeout);
+                refuse(&mut conn, timeout).await;
+                return;
+            }
+        };
         let version = head.version;
         let is_head = head.method == Method::HEAD;
         let mut req = Request::new(head, framing, peer, &mut conn, limits.header_timeout);
         let keep_alive = req.keep_alive();
-        let response = match AssertUnwindSafe(handler.handle(&mut req))
+        let mut note = H::Note::default();
+        let response = match AssertUnwindSafe(handler.handle(&mut req, &mut note))
             .catch_unwind()
             .await
         {
@@ -195,13 +221,15 @@ async fn serve<H: Handler>(
             (false, _) => Persistence::Implicit,
         };
         if !response.is_relayed() {
-            response.encode(is_head, persistence, &mut conn.out);
+            response.encode(is_head, persistence, req.output());
         }
         // With more requests already pipelined, their answers go out in the same write, up to
         // the high-water mark: past it the next request waits until the client reads.
-        let flush =
-            close || conn.reader.read_buffer().is_empty() || conn.out.len() >= OUTPUT_HIGH_WATER;
-        if flush && !conn.flush().await {
+        let flush = close || !req.pipelined() || req.output().len() >= OUTPUT_HIGH_WATER;
+        let written = !flush || req.flush().await;
+        handler.answered(note, &req, &response, req.bytes_sent());
+        drop(req);
+        if !written {
             return;
         }
         if close {

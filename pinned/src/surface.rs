@@ -233,7 +233,9 @@ impl<A: App> Surface<A> {
 }
 
 impl<A: App> Handler for Surface<A> {
-    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
+    type Note = ();
+
+    async fn handle(&self, req: &mut Request<'_>, _: &mut ()) -> Result<Response, Error> {
         let Some(path) = req.path().strip_prefix(self.shared.base.as_str()) else {
             return Ok(not_found());
         };

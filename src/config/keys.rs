@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use ipnet::IpNet;
 use toml::{Table, Value};
 
-use super::{Affinity, Config, ConfigError, DriverKind, LogFormat, NamespaceRule};
+use super::{AccessLogFormat, Affinity, Config, ConfigError, DriverKind, LogFormat, NamespaceRule};
 use crate::redis::RedisTarget;
 
 /// One configuration key.
@@ -79,6 +79,8 @@ pub(super) const KEYS: &[Key] = &[
     key!(node_id: String = text_with(node_id)),
     key!(max_connections: u64 = whole(1, 10_000_000)),
     key!(log_format: LogFormat = text_with(str::parse)),
+    key!(access_log: AccessLogFormat = text_with(str::parse)),
+    key!(access_log_path: Option<PathBuf> = optional(text_with(path))),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
     key!(forwards.ca_file: Option<PathBuf> = optional(text_with(path))),
@@ -403,7 +405,15 @@ macro_rules! text_setting {
         }
     )*};
 }
-text_setting!(String, SocketAddr, DriverKind, LogFormat, Affinity, IpNet);
+text_setting!(
+    String,
+    SocketAddr,
+    DriverKind,
+    LogFormat,
+    AccessLogFormat,
+    Affinity,
+    IpNet
+);
 
 impl Setting for bool {
     fn env_value(text: &str) -> Value {

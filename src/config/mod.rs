@@ -102,6 +102,11 @@ pub struct Config {
     /// How log lines are written to stderr: `text` (default; coloured only on a terminal) or
     /// `json` (one JSON object a line, for log shippers).
     pub log_format: LogFormat,
+    /// The access log: `off` (default), `text` or `json`, one line per request.
+    pub access_log: AccessLogFormat,
+    /// Where the access log goes: unset, standard output; set, this file (appended to, and
+    /// reopened on `SIGUSR1`).
+    pub access_log_path: Option<PathBuf>,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
     pub http: HttpLimits,
     /// The listener's certificate pair: set, the listener speaks HTTPS only.
@@ -140,6 +145,39 @@ impl FromStr for LogFormat {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
             _ => Err(format!(r#"expected "text" or "json", got {s:?}"#)),
+        }
+    }
+}
+
+/// The access log's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    Off,
+    /// `key=value` pairs after an RFC 3339 time.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+impl fmt::Display for AccessLogFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccessLogFormat::Off => "off",
+            AccessLogFormat::Text => "text",
+            AccessLogFormat::Json => "json",
+        })
+    }
+}
+
+impl FromStr for AccessLogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<AccessLogFormat, String> {
+        match s {
+            "off" => Ok(AccessLogFormat::Off),
+            "text" => Ok(AccessLogFormat::Text),
+            "json" => Ok(AccessLogFormat::Json),
+            _ => Err(format!(r#"expected "off", "text" or "json", got {s:?}"#)),
         }
     }
 }
@@ -267,6 +305,8 @@ impl Default for Config {
             namespaces: BTreeMap::new(),
             max_connections: 16_384,
             log_format: LogFormat::Text,
+            access_log: AccessLogFormat::Off,
+            access_log_path: None,
             http: HttpLimits {
                 header_timeout_ms: 10_000,
                 idle_timeout_ms: 75_000,
@@ -536,6 +576,7 @@ fleet_epoch = 7
 node_id = "edge-1"
 max_connections = 100
 log_format = "json"
+access_log = "json"
 
 [forwards]
 timeout_ms = 5000
@@ -600,6 +641,8 @@ write_timeout_ms = 3000
             )]),
             max_connections: 100,
             log_format: LogFormat::Json,
+            access_log: AccessLogFormat::Json,
+            access_log_path: None,
             http: HttpLimits {
                 header_timeout_ms: 1_000,
                 idle_timeout_ms: 2_000,
@@ -697,6 +740,8 @@ write_timeout_ms = 3000
             ("PINBOARD_NODE_ID", "edge-1"),
             ("PINBOARD_MAX_CONNECTIONS", "100"),
             ("PINBOARD_LOG_FORMAT", "json"),
+            ("PINBOARD_ACCESS_LOG", "json"),
+            ("PINBOARD_ACCESS_LOG_PATH", &pem),
             (
                 "PINBOARD_PASSPORT__HS256_SECRET",
                 "file-secret-0123456789abcdef012345",
@@ -719,6 +764,7 @@ write_timeout_ms = 3000
         expected.namespaces.clear();
         expected.forwards.ca_file = Some(a.clone());
         expected.redis_ca_file = Some(a.clone());
+        expected.access_log_path = Some(a.clone());
         expected.tls = ListenerTls {
             cert_file: Some(a.clone()),
             key_file: Some(a.clone()),

@@ -4,7 +4,12 @@
 //! Each core owns one [`CoreCounters`] and is its only writer, so a relaxed increment never
 //! contends; readers sum across cores.
 
+pub mod histogram;
+
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use histogram::{Histogram, Merged};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -12,6 +17,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use prometheus_client::registry::Unit;
 
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
 /// `unavailable` for a request Redis could not answer, contract §8).
@@ -87,9 +93,50 @@ impl PoolDrop {
     }
 }
 
+/// What a request was, for `pinboard_http_requests_total{kind}` and the duration histograms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RequestKind {
+    /// `{ns}/{id}…`, and any path that is no route of the node's.
+    #[default]
+    Data = 0,
+    /// The worker protocol's routes (`pinboard:worker`).
+    Registry,
+    /// The operator's routes (`pinboard:operator`), `/metrics` included.
+    Operator,
+    /// `/healthz`, `/readyz`.
+    Health,
+}
+
+impl RequestKind {
+    pub const ALL: [RequestKind; 4] = [
+        RequestKind::Data,
+        RequestKind::Registry,
+        RequestKind::Operator,
+        RequestKind::Health,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::Data => "data",
+            RequestKind::Registry => "registry",
+            RequestKind::Operator => "operator",
+            RequestKind::Health => "health",
+        }
+    }
+}
+
+/// Status classes, `1xx` to `5xx`: bounded labels, as RED dashboards read them.
+const CODES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
 #[derive(Default)]
 pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
+    /// Answers by kind and status class.
+    requests: [[AtomicU64; CODES.len()]; RequestKind::ALL.len()],
+    /// From the request head read to the answer written, by kind.
+    request_durations: [Histogram; RequestKind::ALL.len()],
+    /// From a forward's first byte to the worker to the end of its answer relayed.
+    upstream_durations: Histogram,
     upstream_errors: [AtomicU64; UpstreamError::ALL.len()],
     pool_dropped: [AtomicU64; PoolDrop::ALL.len()],
     /// Client connections open on this core (a gauge).
@@ -117,6 +164,17 @@ impl CoreCounters {
 
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts one answer and how long it took.
+    pub fn answered(&self, kind: RequestKind, status: u16, took: Duration) {
+        let class = usize::from(status / 100).clamp(1, CODES.len()) - 1;
+        self.requests[kind as usize][class].fetch_add(1, Ordering::Relaxed);
+        self.request_durations[kind as usize].observe(took);
+    }
+
+    pub fn upstream_took(&self, took: Duration) {
+        self.upstream_durations.observe(took);
     }
 
     pub fn upstream_error(&self, kind: UpstreamError) {
@@ -177,6 +235,34 @@ pub fn pool_dropped(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
+/// Every core's answers, summed: (kind, status class, count), each class of each kind.
+pub fn requests(cores: &[CoreCounters]) -> Vec<(&'static str, &'static str, u64)> {
+    let mut all = Vec::with_capacity(RequestKind::ALL.len() * CODES.len());
+    for kind in RequestKind::ALL {
+        for (class, code) in CODES.iter().enumerate() {
+            let n = sum(cores, |c| &c.requests[kind as usize][class]);
+            all.push((kind.name(), *code, n));
+        }
+    }
+    all
+}
+
+/// Every core's request durations merged, by kind.
+pub fn request_durations(cores: &[CoreCounters]) -> Vec<(&'static str, Merged)> {
+    RequestKind::ALL
+        .iter()
+        .map(|k| {
+            let of_kind = cores.iter().map(|c| &c.request_durations[*k as usize]);
+            (k.name(), Merged::of(of_kind))
+        })
+        .collect()
+}
+
+/// Every core's forward durations merged.
+pub fn upstream_durations(cores: &[CoreCounters]) -> Merged {
+    Merged::of(cores.iter().map(|c| &c.upstream_durations))
+}
+
 fn sum(cores: &[CoreCounters], of: impl Fn(&CoreCounters) -> &AtomicU64) -> u64 {
     cores.iter().map(|c| of(c).load(Ordering::Relaxed)).sum()
 }
@@ -195,6 +281,12 @@ pub struct Snapshot {
     pub swept: Vec<(&'static str, u64)>,
     /// The durability sweep's wakes, by result (`woken`, `pending`).
     pub wakes: Vec<(&'static str, u64)>,
+    /// Answers by (kind, status class).
+    pub requests: Vec<(&'static str, &'static str, u64)>,
+    /// Request durations by kind.
+    pub request_durations: Vec<(&'static str, Merged)>,
+    /// Forward durations.
+    pub upstream_durations: Merged,
     /// Forwards that failed at the worker, by kind ([`UpstreamError`]).
     pub upstream_errors: Vec<(&'static str, u64)>,
     /// Pooled connections dropped when taken, by reason ([`PoolDrop`]).
@@ -261,6 +353,7 @@ impl Collector for Snapshot {
             None,
             refused.metric_type(),
         )?)?;
+        self.encode_requests(&mut encoder)?;
         self.encode_fleet(&mut encoder)?;
         self.encode_workers(&mut encoder)?;
         let gauges = [
@@ -289,6 +382,37 @@ impl Collector for Snapshot {
 }
 
 impl Snapshot {
+    /// Answers by kind and status class, and the duration histograms.
+    fn encode_requests(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut requests = encoder.encode_descriptor(
+            "pinboard_http_requests",
+            "Answers this node gave, by kind of request (data, registry, operator, health) and status class",
+            None,
+            MetricType::Counter,
+        )?;
+        for (kind, code, n) in &self.requests {
+            let labels = [("kind", *kind), ("code", *code)];
+            ConstCounter::new(*n).encode(requests.encode_family(&labels)?)?;
+        }
+        let seconds = Unit::Seconds;
+        let mut durations = encoder.encode_descriptor(
+            "pinboard_http_request_duration",
+            "Time from a request's head read to its answer written, by kind of request",
+            Some(&seconds),
+            MetricType::Histogram,
+        )?;
+        for (kind, merged) in &self.request_durations {
+            encode_histogram(durations.encode_family(&[("kind", *kind)])?, merged)?;
+        }
+        let upstream = encoder.encode_descriptor(
+            "pinboard_upstream_duration",
+            "Time from a forward's first byte sent to the worker to the end of its answer relayed",
+            Some(&seconds),
+            MetricType::Histogram,
+        )?;
+        encode_histogram(upstream, &self.upstream_durations)
+    }
+
     /// Per worker this node talks to: forwards in flight and idle pooled connections.
     fn encode_workers(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let families = [
@@ -368,6 +492,18 @@ impl Snapshot {
         }
         Ok(())
     }
+}
+
+fn encode_histogram(
+    mut encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    merged: &Merged,
+) -> Result<(), std::fmt::Error> {
+    encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+        merged.sum,
+        merged.count,
+        &merged.buckets,
+        None,
+    )
 }
 
 /// The exposition formats a scraper can ask for.
@@ -456,6 +592,9 @@ mod tests {
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],
+            requests: vec![("data", "2xx", 5)],
+            request_durations: vec![("data", Merged::default())],
+            upstream_durations: Merged::default(),
             upstream_errors: vec![("connect", 1)],
             pool_dropped: vec![("closed", 2)],
             workers: vec![("http://127.0.0.1:9001".into(), 3, 4)],

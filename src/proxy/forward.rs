@@ -172,13 +172,10 @@ pub async fn exchange(
                     return (Outcome::Failed, None);
                 }
                 // An upgraded connection carries the tunnel to its end: never pooled.
-                return (
-                    switch(req, upstream, &response, exchange.timeout).await,
-                    None,
-                );
+                return (switch(req, upstream, &response, exchange).await, None);
             }
             // Anything else, upgrade asked or not, is an ordinary answer relayed as such.
-            Ok(response) => return relay(req, upstream, response, exchange.timeout).await,
+            Ok(response) => return relay(req, upstream, response, exchange).await,
             Err(HeadFailure::TimedOut) => {
                 exchange.counters.upstream_error(UpstreamError::Timeout);
                 return (Outcome::TimedOut, None);
@@ -247,7 +244,7 @@ async fn early_answer(
 ) -> (Outcome, Option<Upstream>) {
     match read_head(&mut upstream, EARLY_ANSWER).await {
         Ok(head) if head.status != StatusCode::SWITCHING_PROTOCOLS => {
-            (relay(req, upstream, head, exchange.timeout).await.0, None)
+            (relay(req, upstream, head, exchange).await.0, None)
         }
         _ => {
             exchange.counters.upstream_error(UpstreamError::Reset);
@@ -365,8 +362,9 @@ async fn relay(
     req: &mut Request<'_>,
     mut upstream: Upstream,
     head: http::response::Parts,
-    timeout: Duration,
+    exchange: &Exchange<'_>,
 ) -> (Outcome, Option<Upstream>) {
+    let timeout = exchange.timeout;
     if is_refusal(&head) {
         return (Outcome::Refused, None);
     }
@@ -402,6 +400,7 @@ async fn relay(
         &head.headers,
         announced,
         persistence,
+        exchange.forwarded.correlation.request_id(),
         req.output(),
     );
     let status = head.status;
@@ -453,17 +452,18 @@ async fn switch(
     req: &mut Request<'_>,
     upstream: Upstream,
     head: &http::response::Parts,
-    idle: Duration,
+    exchange: &Exchange<'_>,
 ) -> Outcome {
     headers::response_head(
         head.status,
         &head.headers,
         BodyFraming::None,
         Persistence::Implicit,
+        exchange.forwarded.correlation.request_id(),
         req.output(),
     );
     if req.flush().await {
-        tunnel(req.upgraded(), upstream, idle).await;
+        tunnel(req.upgraded(), upstream, exchange.timeout).await;
     }
     Outcome::Upgraded
 }

@@ -13,6 +13,7 @@ use std::net::IpAddr;
 use bytes::{BufMut, BytesMut};
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
+use crate::correlation::{Correlation, REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::http::Framing;
 
 /// How a message body is delimited on the wire we write.
@@ -92,10 +93,7 @@ fn copy_end_to_end(headers: &HeaderMap, skip: impl Fn(&HeaderName) -> bool, dst:
         {
             continue;
         }
-        dst.put_slice(name.as_str().as_bytes());
-        dst.put_slice(b": ");
-        dst.put_slice(value.as_bytes());
-        dst.put_slice(b"\r\n");
+        put_header(dst, name.as_str(), value.as_bytes());
     }
 }
 
@@ -106,6 +104,8 @@ pub struct Forwarded<'a> {
     pub attestation: &'a [u8],
     /// `Some(protocol)` for an upgrade (`Upgrade` and `Connection: upgrade` are kept).
     pub upgrade: Option<&'a [u8]>,
+    /// The request's id and trace context, written in place of the client's.
+    pub correlation: &'a Correlation,
 }
 
 /// Writes the request head sent to the worker.
@@ -123,8 +123,21 @@ pub fn request_head(
     dst.put_slice(base.as_bytes());
     dst.put_slice(path_and_query.as_bytes());
     dst.put_slice(b" HTTP/1.1\r\n");
-    copy_end_to_end(headers, |name| name == "x-forwarded-for", dst);
+    let correlation = forwarded.correlation;
+    let started_trace = correlation.started_trace();
+    copy_end_to_end(
+        headers,
+        |name| {
+            name == "x-forwarded-for"
+                || name == REQUEST_ID
+                || name == TRACEPARENT
+                || (started_trace && name == TRACESTATE)
+        },
+        dst,
+    );
     let _ = write!(dst.writer(), "x-forwarded-for: {}\r\n", forwarded.peer);
+    put_header(dst, REQUEST_ID, correlation.request_id().as_bytes());
+    put_header(dst, TRACEPARENT, correlation.traceparent().as_bytes());
     dst.put_slice(b"pinboard-epoch: ");
     dst.put_slice(forwarded.epoch.as_bytes());
     dst.put_slice(b"\r\npinboard-attestation: ");
@@ -139,16 +152,26 @@ pub fn request_head(
     dst.put_slice(b"\r\n");
 }
 
-/// Writes the response head relayed to the client.
+fn put_header(dst: &mut BytesMut, name: &str, value: &[u8]) {
+    dst.put_slice(name.as_bytes());
+    dst.put_slice(b": ");
+    dst.put_slice(value);
+    dst.put_slice(b"\r\n");
+}
+
+/// Writes the response head relayed to the client, with the request's id in place of any the
+/// worker sent.
 pub fn response_head(
     status: StatusCode,
     headers: &HeaderMap,
     framing: BodyFraming,
     connection: crate::http::Persistence,
+    request_id: &str,
     dst: &mut BytesMut,
 ) {
     crate::http::encode_status_line(status, dst);
-    copy_end_to_end(headers, |_| false, dst);
+    copy_end_to_end(headers, |name| name == REQUEST_ID, dst);
+    put_header(dst, REQUEST_ID, request_id.as_bytes());
     if status == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(upgrade) = headers.get(header::UPGRADE) {
             dst.put_slice(b"connection: upgrade\r\nupgrade: ");
@@ -194,13 +217,20 @@ mod tests {
             ("te", "trailers"),
             ("content-length", "5"),
             ("accept", "a/b"),
+            ("x-request-id", "client-id"),
+            ("traceparent", "not a trace context"),
+            ("tracestate", "vendor=1"),
         ]);
         let mut out = BytesMut::new();
+        // The client's id is kept; its broken trace context is replaced by a new trace, and
+        // its tracestate, which belongs to no trace of ours, is dropped.
+        let correlation = Correlation::of(&inbound, || 0xab);
         let forwarded = Forwarded {
             peer: "127.0.0.9".parse().unwrap(),
             epoch: "42",
             attestation: b"tok",
             upgrade: None,
+            correlation: &correlation,
         };
         request_head(
             &Method::POST,
@@ -215,7 +245,9 @@ mod tests {
             std::str::from_utf8(&out).unwrap(),
             "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\n\
              pinboardx: kept: not a pinboard header\r\naccept: a/b\r\n\
-             x-forwarded-for: 127.0.0.9\r\npinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
+             x-forwarded-for: 127.0.0.9\r\nx-request-id: client-id\r\n\
+             traceparent: 00-000000000000000000000000000000ab-00000000000000ab-00\r\n\
+             pinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
              content-length: 5\r\n\r\n"
         );
     }
@@ -225,11 +257,13 @@ mod tests {
     #[test]
     fn added_names_are_the_protocols() {
         use pinboard_protocol::header::{ATTESTATION, EPOCH};
+        let correlation = Correlation::of(&HeaderMap::new(), || 1);
         let forwarded = Forwarded {
             peer: "127.0.0.9".parse().unwrap(),
             epoch: "42",
             attestation: b"tok",
             upgrade: None,
+            correlation: &correlation,
         };
         let mut out = BytesMut::new();
         let (empty, none) = (HeaderMap::new(), BodyFraming::None);
@@ -250,6 +284,7 @@ mod tests {
             ("pinned-refusal", "kept: not ours to judge here"),
             ("transfer-encoding", "chunked"),
             ("connection", "close"),
+            ("x-request-id", "the worker's own"),
         ]);
         let mut out = BytesMut::new();
         response_head(
@@ -257,12 +292,13 @@ mod tests {
             &upstream,
             BodyFraming::Chunked,
             crate::http::Persistence::Implicit,
+            "req-1",
             &mut out,
         );
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\npinned-refusal: kept: not ours to judge here\r\n\
-             x-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n"
+             x-request-id: req-1\r\nx-accel-buffering: no\r\ntransfer-encoding: chunked\r\n\r\n"
         );
     }
 }

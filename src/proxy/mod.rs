@@ -12,9 +12,11 @@ use http::{StatusCode, header};
 
 pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 
+use crate::access_log::Record;
 use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Extra, Instance, Purpose};
 use crate::clock;
+use crate::correlation::Correlation;
 use crate::http::{Request, Response};
 use crate::names::valid_id;
 use crate::node::Core;
@@ -52,20 +54,26 @@ fn host_of(req: &Request<'_>) -> Option<String> {
 }
 
 /// Serves `path` (below the base path) and `path_and_query` (the same with the query, as the
-/// worker gets it).
+/// worker gets it). What it decides (the instance, each resolution, the forward) is noted in
+/// `record`.
 pub async fn handle(
     core: &Core,
     req: &mut Request<'_>,
     path: &str,
     path_and_query: &str,
+    correlation: &Correlation,
+    record: &mut Record,
 ) -> Handled {
     if !core.shared.is_serving() {
         core.counters().count("not-serving");
+        record.outcome = Some("not-serving");
         return Ok(answers::not_serving());
     }
     let Some(route) = Route::parse(path) else {
         return Ok(answers::invalid_instance_id());
     };
+    record.ns = route.ns.into();
+    record.id = route.id.into();
     let config = &core.shared.config;
     // The protocol an upgrade asks for, kept towards the worker.
     let protocol = forward::upgrade_protocol(&req.head);
@@ -91,6 +99,7 @@ pub async fn handle(
             Ok(binding) => Some(binding),
             Err(refusal) => {
                 core.counters().count(refusal.name());
+                record.outcome = Some(refusal.name());
                 return Ok(refusal.refusal());
             }
         }
@@ -124,6 +133,8 @@ pub async fn handle(
         let ejected = core.upstreams.ejected_json();
         let outcome =
             placement::resolve(&core.store, &core.resolve_constants, &ejected, &ask).await?;
+        record.resolve += resolved_at.elapsed();
+        record.outcome = Some(outcome.name());
         core.counters().count(outcome.name());
         let placement = match outcome {
             Outcome::Forward(p) => p,
@@ -188,6 +199,7 @@ pub async fn handle(
                 epoch: &placement.epoch,
                 attestation: &buffers.token,
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),
+                correlation,
             },
             timeout,
             // After two re-resolves the forward goes anyway: the worker's epoch guard catches
@@ -195,8 +207,14 @@ pub async fn handle(
             resolved_at: (stale < 2).then_some(resolved_at),
             counters: core.counters(),
         };
+        record.session = placement.session_id.clone();
+        record.epoch = placement.epoch.clone();
+        let forwarded_at = Instant::now();
         let pooled = core.upstreams.pool.take(&worker.url, core.counters());
         let (outcome, back) = forward::exchange(req, &exchange, pooled, &mut buffers.head).await;
+        let took = forwarded_at.elapsed();
+        record.upstream = Some(record.upstream.unwrap_or_default() + took);
+        core.counters().upstream_took(took);
         core.upstreams.spare.borrow_mut().push(buffers);
         if let Some(conn) = back {
             core.upstreams.pool.put(&worker.url, conn);
@@ -216,6 +234,7 @@ pub async fn handle(
             forward::Outcome::Refused => {
                 placement::release(&core.store, &ask, &placement).await?;
                 core.counters().count("nack");
+                record.outcome = Some("nack");
                 if refused == 0 && replayable {
                     refused += 1;
                     exclude = Some(placement.session_id.clone());

@@ -87,8 +87,8 @@ fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, 
 /// (later handshakes present it; open connections keep theirs); without TLS it is logged and
 /// ignored (it must not kill the node, as its default action would).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
     std::thread::Builder::new()
         .name("pinboard-signals".into())
@@ -96,6 +96,10 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
             for signal in signals.forever() {
                 if signal == SIGHUP {
                     reload_tls(&shared);
+                    continue;
+                }
+                if signal == SIGUSR1 {
+                    reopen_access_log(&shared);
                     continue;
                 }
                 if shared.stopping.swap(true, Ordering::SeqCst) {
@@ -107,6 +111,18 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
         })
         .map_err(|e| Error::because(Origin::Internal, "starting the signal thread", e))?;
     Ok(())
+}
+
+/// SIGUSR1, as nginx takes it: the access log file is reopened (by each core, before its next
+/// write), so logrotate can move it away and signal.
+fn reopen_access_log(shared: &Shared) {
+    match &shared.access_log {
+        Some(log) => {
+            log.reopen.fetch_add(1, Ordering::Relaxed);
+            info!("SIGUSR1: reopening the access log");
+        }
+        None => info!("SIGUSR1: access_log is off, nothing to reopen; ignored"),
+    }
 }
 
 fn reload_tls(shared: &Shared) {
@@ -205,6 +221,21 @@ async fn core_main(
             shutdown.clone(),
         ))
     });
+    if core.access_log.is_some() {
+        let (core, shutdown) = (core.clone(), shutdown.clone());
+        monoio::spawn(async move {
+            // Lines of a quiet core reach the log within a flush period.
+            while !shutdown.is_fired() {
+                monoio::select! {
+                    _ = monoio::time::sleep(crate::access_log::FLUSH_EVERY) => {}
+                    _ = shutdown.fired() => {}
+                }
+                if let Some(log) = &core.access_log {
+                    log.flush();
+                }
+            }
+        });
+    }
     let limits = Rc::new(shared.http_limits());
     loop {
         let accepted = monoio::select! {
@@ -252,6 +283,9 @@ async fn core_main(
     // The sweeper gives its lease up before the process goes (bounded by the Redis timeout).
     if let Some(sweeper) = sweeper {
         sweeper.await;
+    }
+    if let Some(log) = &core.access_log {
+        log.flush();
     }
     Ok(())
 }
