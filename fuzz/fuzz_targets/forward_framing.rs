@@ -17,8 +17,8 @@
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use monoio_codec::{Decoded, Decoder};
-use pinboard::http::{Framing, HeadDecoder};
 use pinboard::correlation::Correlation;
+use pinboard::http::{Framing, HeadDecoder};
 use pinboard::proxy::{BodyFraming, Forwarded, request_head};
 
 fuzz_target!(|data: &[u8]| {
