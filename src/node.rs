@@ -180,7 +180,9 @@ impl Core {
     /// Must run inside the core's event loop: the Redis connection is driven by it.
     pub fn new(shared: Arc<Shared>, index: usize) -> Core {
         let config = &shared.config;
-        let redis = Redis::connect(&config.redis_url, shared.redis_options());
+        let timed = shared.clone();
+        let redis = Redis::connect(&config.redis_url, shared.redis_options())
+            .observed(move |script, took| timed.counters[index].script_took(script, took));
         let store = Store::new(
             redis,
             Keys::new(config.prefix.clone(), config.shards),

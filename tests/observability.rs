@@ -157,6 +157,11 @@ fn every_answer_is_identified_counted_and_logged() {
         delta(r#"pinboard_upstream_errors_total{kind="timeout"}"#),
         1.0
     );
+    // Five resolves: the 404 and the four forwards.
+    assert_eq!(
+        delta(r#"pinboard_redis_duration_seconds_count{script="resolve"}"#),
+        5.0
+    );
     // The decisions stay counted as such; their 502 and 504 show in the series above.
     assert_eq!(
         delta(r#"pinboard_resolutions_total{outcome="forward"}"#),

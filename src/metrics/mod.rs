@@ -125,6 +125,9 @@ impl RequestKind {
     }
 }
 
+/// Lua scripts a node may time (the store has 21).
+pub const MAX_SCRIPTS: usize = 32;
+
 /// Status classes, `1xx` to `5xx`: bounded labels, as RED dashboards read them.
 const CODES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -137,6 +140,8 @@ pub struct CoreCounters {
     request_durations: [Histogram; RequestKind::ALL.len()],
     /// From a forward's first byte to the worker to the end of its answer relayed.
     upstream_durations: Histogram,
+    /// Each Lua script's calls, from sending to the reply, by the script's index.
+    script_durations: [Histogram; MAX_SCRIPTS],
     upstream_errors: [AtomicU64; UpstreamError::ALL.len()],
     pool_dropped: [AtomicU64; PoolDrop::ALL.len()],
     /// Client connections open on this core (a gauge).
@@ -171,6 +176,13 @@ impl CoreCounters {
         let class = usize::from(status / 100).clamp(1, CODES.len()) - 1;
         self.requests[kind as usize][class].fetch_add(1, Ordering::Relaxed);
         self.request_durations[kind as usize].observe(took);
+    }
+
+    /// Times one call of the script at `index` (past [`MAX_SCRIPTS`], not counted).
+    pub fn script_took(&self, index: usize, took: Duration) {
+        if let Some(histogram) = self.script_durations.get(index) {
+            histogram.observe(took);
+        }
     }
 
     pub fn upstream_took(&self, took: Duration) {
@@ -258,6 +270,24 @@ pub fn request_durations(cores: &[CoreCounters]) -> Vec<(&'static str, Merged)> 
         .collect()
 }
 
+/// Every core's script durations merged, labelled by `names` (the store's list, by index).
+pub fn script_durations(
+    cores: &[CoreCounters],
+    names: &[&'static str],
+) -> Vec<(&'static str, Merged)> {
+    names
+        .iter()
+        .take(MAX_SCRIPTS)
+        .enumerate()
+        .map(|(i, name)| {
+            (
+                *name,
+                Merged::of(cores.iter().map(|c| &c.script_durations[i])),
+            )
+        })
+        .collect()
+}
+
 /// Every core's forward durations merged.
 pub fn upstream_durations(cores: &[CoreCounters]) -> Merged {
     Merged::of(cores.iter().map(|c| &c.upstream_durations))
@@ -287,6 +317,8 @@ pub struct Snapshot {
     pub request_durations: Vec<(&'static str, Merged)>,
     /// Forward durations.
     pub upstream_durations: Merged,
+    /// Lua script call durations, by script.
+    pub script_durations: Vec<(&'static str, Merged)>,
     /// Forwards that failed at the worker, by kind ([`UpstreamError`]).
     pub upstream_errors: Vec<(&'static str, u64)>,
     /// Pooled connections dropped when taken, by reason ([`PoolDrop`]).
@@ -410,7 +442,17 @@ impl Snapshot {
             Some(&seconds),
             MetricType::Histogram,
         )?;
-        encode_histogram(upstream, &self.upstream_durations)
+        encode_histogram(upstream, &self.upstream_durations)?;
+        let mut scripts = encoder.encode_descriptor(
+            "pinboard_redis_duration",
+            "Time from a Lua script's call sent to Redis to its reply, by script",
+            Some(&seconds),
+            MetricType::Histogram,
+        )?;
+        for (script, merged) in &self.script_durations {
+            encode_histogram(scripts.encode_family(&[("script", *script)])?, merged)?;
+        }
+        Ok(())
     }
 
     /// Per worker this node talks to: forwards in flight and idle pooled connections.
@@ -595,6 +637,7 @@ mod tests {
             requests: vec![("data", "2xx", 5)],
             request_durations: vec![("data", Merged::default())],
             upstream_durations: Merged::default(),
+            script_durations: vec![("resolve", Merged::default())],
             upstream_errors: vec![("connect", 1)],
             pool_dropped: vec![("closed", 2)],
             workers: vec![("http://127.0.0.1:9001".into(), 3, 4)],

@@ -12,6 +12,10 @@ use crate::http::{Request, Response};
 use crate::metrics::{self, Format, Snapshot};
 use crate::node::Core;
 use crate::passport::Credential;
+use crate::store::scripts;
+
+// Every script of the store has its series.
+const _: () = assert!(scripts::NAMES.len() <= metrics::MAX_SCRIPTS);
 
 /// For a credential the route table authorized as an operator's.
 pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
@@ -46,6 +50,7 @@ pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) ->
         requests: metrics::requests(&shared.counters),
         request_durations: metrics::request_durations(&shared.counters),
         upstream_durations: metrics::upstream_durations(&shared.counters),
+        script_durations: metrics::script_durations(&shared.counters, &scripts::NAMES),
         upstream_errors: metrics::upstream_errors(&shared.counters),
         pool_dropped: metrics::pool_dropped(&shared.counters),
         workers: shared.workers.by_worker(),

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pinboard_http::tls::ClientTls;
 
@@ -51,6 +51,8 @@ impl fmt::Debug for RedisOptions {
 #[derive(Clone)]
 pub struct Redis {
     backend: Rc<Backend>,
+    /// Told each script call's index and duration (the node's per-script histograms).
+    observer: Option<Rc<dyn Fn(usize, Duration)>>,
 }
 
 enum Backend {
@@ -75,6 +77,16 @@ impl Redis {
         };
         Redis {
             backend: Rc::new(backend),
+            observer: None,
+        }
+    }
+
+    /// Tells `observer` how long each script call took (its reply included, and a NOSCRIPT
+    /// reload when there was one), by the script's index.
+    pub fn observed(self, observer: impl Fn(usize, Duration) + 'static) -> Redis {
+        Redis {
+            observer: Some(Rc::new(observer)),
+            ..self
         }
     }
 
@@ -95,6 +107,21 @@ impl Redis {
     /// or a cluster node seen for the first time) answers NOSCRIPT: the source is then loaded on
     /// that very node and the call retried once.
     pub async fn evalsha(
+        &self,
+        script: &Script,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<Reply, RedisError> {
+        let Some(observer) = &self.observer else {
+            return self.run_script(script, keys, args).await;
+        };
+        let started = Instant::now();
+        let result = self.run_script(script, keys, args).await;
+        observer(script.index, started.elapsed());
+        result
+    }
+
+    async fn run_script(
         &self,
         script: &Script,
         keys: &[&[u8]],

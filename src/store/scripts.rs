@@ -6,11 +6,66 @@ use std::sync::LazyLock;
 
 use crate::redis::Script;
 
+/// Every script, by name: a script's index here is what its Redis duration series is kept
+/// under (`pinboard_redis_duration_seconds{script}`).
+pub const NAMES: [&str; 21] = [
+    "ready",
+    "register",
+    "heartbeat",
+    "prune",
+    "session_drop",
+    "control_push",
+    "bucket_worker",
+    "release",
+    "resolve",
+    "wind_down",
+    "drain",
+    "fleet",
+    "binding",
+    "overwritten_clear",
+    "tag",
+    "schedule",
+    "wake_due",
+    "wake_done",
+    "sweeper",
+    "sweep_rows",
+    "forget_namespace",
+];
+
+/// The position of `name` in [`NAMES`]; a name missing there fails the build.
+const fn index_of(name: &str) -> usize {
+    let mut i = 0;
+    while i < NAMES.len() {
+        if str_eq(NAMES[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("a script missing from NAMES")
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// `script!("name")` embeds `lua/prelude.lua` followed by `lua/name.lua`.
 macro_rules! script {
     ($name:literal) => {
         LazyLock::new(|| {
+            const INDEX: usize = index_of($name);
             Script::new(
+                INDEX,
                 $name,
                 concat!(
                     include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua")),
