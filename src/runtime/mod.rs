@@ -5,6 +5,8 @@
 //! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
 //! (stop accepting, let in-flight requests finish, exit).
 
+mod accept;
+
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -177,14 +179,7 @@ async fn core_main(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
-    // A second descriptor of the same socket, to stop listening when the stop begins: under
-    // io_uring the listener's own descriptor outlives its drop until the cancelled accept
-    // completes, and until then the kernel keeps completing handshakes for it.
-    let stopper = listener
-        .try_clone()
-        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
-    let listener = monoio::net::TcpListener::from_std(listener)
-        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
+    let acceptor = accept::Acceptor::new(listener, index)?;
     let shutdown = Shutdown::default();
     monoio::spawn({
         let (shared, shutdown) = (shared.clone(), shutdown.clone());
@@ -206,37 +201,22 @@ async fn core_main(
         ))
     });
     let limits = Rc::new(shared.http_limits());
-    loop {
-        let accepted = monoio::select! {
-            r = listener.accept() => r,
-            _ = shutdown.fired() => break,
-        };
-        match accepted {
-            // Past the node's cap the connection is closed at once: one relaxed read per core
-            // per accept, never on the request path.
-            Ok(_) if shared.connections() >= shared.config.max_connections => {
-                core.counters().connection_refused();
-            }
-            Ok((stream, peer)) => {
-                let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
-                core.counters().connection_opened();
-                monoio::spawn(async move {
-                    let tls = core.shared.tls.listener.as_ref();
-                    serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
-                    core.counters().connection_closed();
-                });
-            }
-            Err(e) => {
-                // Typically EMFILE: back off briefly instead of spinning on the error.
-                warn!(core = index, error = %e, "accept failed");
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
+    while let Some((stream, peer)) = acceptor.next(&shutdown).await {
+        // Past the node's cap the connection is closed at once: one relaxed read per core per
+        // accept, never on the request path.
+        if shared.connections() >= shared.config.max_connections {
+            core.counters().connection_refused();
+            continue;
         }
+        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        core.counters().connection_opened();
+        monoio::spawn(async move {
+            let tls = core.shared.tls.listener.as_ref();
+            serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
+            core.counters().connection_closed();
+        });
     }
-    // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
-    // a descriptor: new connections are refused from here on.
-    let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
-    drop((listener, stopper));
+    acceptor.close();
     let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
     let open = || core.counters().connections();
     while open() > 0 && Instant::now() < deadline {
