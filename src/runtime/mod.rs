@@ -3,9 +3,11 @@
 //! Redis connection and connection tasks. Nothing on the request path is shared between cores.
 //!
 //! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
-//! (stop accepting, let in-flight requests finish, exit).
+//! (stop accepting, let in-flight requests finish, exit); and the metrics listener
+//! (`metrics_listen`, [`scrape`]) on the first core.
 
 mod accept;
+mod scrape;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,6 +19,7 @@ use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 use tracing::{info, warn};
 
 pub use pinboard_http::Shutdown;
+pub use scrape::bind as bind_metrics;
 
 use crate::config::DriverKind;
 use crate::error::{Error, Origin};
@@ -27,8 +30,9 @@ use crate::node::{Core, Shared};
 /// this; requests never do.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// Runs the node until SIGTERM or SIGINT, then stops gracefully.
-pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
+/// Runs the node until SIGTERM or SIGINT, then stops gracefully. `metrics`: the metrics
+/// listener's socket ([`bind_metrics`]), served by the first core.
+pub fn serve(shared: Arc<Shared>, mut metrics: Option<std::net::TcpListener>) -> Result<(), Error> {
     let threads = shared.config.cores();
     let listeners = bind(shared.config.listen, threads)?;
     let addr = listeners[0]
@@ -42,10 +46,10 @@ pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
         .into_iter()
         .enumerate()
         .map(|(index, listener)| {
-            let shared = shared.clone();
+            let (shared, metrics) = (shared.clone(), metrics.take());
             std::thread::Builder::new()
                 .name(format!("pinboard-core-{index}"))
-                .spawn(move || run_core(index, threads, listener, shared))
+                .spawn(move || run_core(index, threads, listener, metrics, shared))
                 .map_err(|e| Error::because(Origin::Internal, "starting a core thread", e))
         })
         .collect::<Result<_, _>>()?;
@@ -129,6 +133,7 @@ fn run_core(
     index: usize,
     threads: usize,
     listener: std::net::TcpListener,
+    metrics: Option<std::net::TcpListener>,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -148,7 +153,7 @@ fn run_core(
             .build()
             .map_err(|e| Error::because(Origin::Internal, "starting the epoll event loop", e))
     };
-    let task = core_main(index, listener, shared.clone());
+    let task = core_main(index, listener, metrics, shared.clone());
     match shared.config.driver {
         DriverKind::Epoll => {
             info!(core = index, driver = "epoll", "event loop started");
@@ -177,9 +182,13 @@ fn run_core(
 async fn core_main(
     index: usize,
     listener: std::net::TcpListener,
+    metrics: Option<std::net::TcpListener>,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
     let acceptor = accept::Acceptor::new(listener, index)?;
+    let metrics = metrics
+        .map(|listener| accept::Acceptor::new(listener, index))
+        .transpose()?;
     let shutdown = Shutdown::default();
     monoio::spawn({
         let (shared, shutdown) = (shared.clone(), shutdown.clone());
@@ -201,6 +210,10 @@ async fn core_main(
         ))
     });
     let limits = Rc::new(shared.http_limits());
+    if let Some(metrics) = metrics {
+        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
+    }
     while let Some((stream, peer)) = acceptor.next(&shutdown).await {
         // Past the node's cap the connection is closed at once: one relaxed read per core per
         // accept, never on the request path.
