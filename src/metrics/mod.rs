@@ -532,4 +532,20 @@ mod tests {
         );
         assert!(open.contains("\nprocess_cpu_seconds_total "), "{open}");
     }
+
+    /// `docs/metrics.md` lists every family the node renders, by its name in Prometheus text.
+    #[test]
+    fn every_family_is_in_the_metrics_doc() {
+        const DOC: &str = include_str!("../../docs/metrics.md");
+        let text = render(snapshot(), Format::Prometheus).unwrap();
+        let missing: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+            .filter(|name| !DOC.contains(&format!("`{name}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/metrics.md does not list {missing:?}"
+        );
+    }
 }
