@@ -1,6 +1,6 @@
 //! Stamps `pinboard --version` with the git commit and the build profile, so an operator can
-//! tell which build a node runs. Outside a git checkout (a source tarball) the commit reads
-//! `unknown`.
+//! tell which build a node runs; the commit alone is `PINBOARD_COMMIT`, for
+//! `pinboard_build_info`. Outside a git checkout (a source tarball) the commit reads `unknown`.
 
 use std::process::Command;
 
@@ -24,6 +24,7 @@ fn main() {
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
     let suffix = if dirty { "-dirty" } else { "" };
     println!("cargo:rustc-env=PINBOARD_BUILD={version} (commit {commit}{suffix}, {profile} build)");
+    println!("cargo:rustc-env=PINBOARD_COMMIT={commit}{suffix}");
     // Rebuilt when HEAD moves (a checkout, a commit on the branch HEAD names). Asked of git,
     // not spelled `.git/HEAD`: in a worktree `.git` is a file, and a path that never exists
     // would rebuild on every build.

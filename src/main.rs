@@ -128,10 +128,14 @@ fn main() -> ExitCode {
                 Ok(shared) => shared,
                 Err(message) => return config_error(&message),
             };
+            let metrics = match pinboard::runtime::bind_metrics(&shared.config) {
+                Ok(metrics) => metrics,
+                Err(message) => return config_error(&message),
+            };
             if let Err(message) = check_redis_login(&shared) {
                 return config_error(&message);
             }
-            match pinboard::runtime::serve(Arc::new(shared)) {
+            match pinboard::runtime::serve(Arc::new(shared), metrics) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pinboard: {e}");

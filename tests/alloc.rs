@@ -319,7 +319,7 @@ fn node_in_process(redis: &RedisServer) -> InProcessNode {
     let shared = Arc::new(pinboard::node::Shared::new(config, passport, tls));
     let thread = std::thread::spawn({
         let shared = shared.clone();
-        move || pinboard::runtime::serve(shared)
+        move || pinboard::runtime::serve(shared, None)
     });
     let node = InProcessNode {
         addr,

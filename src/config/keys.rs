@@ -55,9 +55,7 @@ const MAX_MS: u64 = 86_400_000;
 /// Every key with an environment form, top-level keys first, each table's keys together (the
 /// rendering relies on that order).
 pub(super) const KEYS: &[Key] = &[
-    key!(listen: SocketAddr = text_with(|s| s.parse().map_err(|_| format!(
-        "expected an address like 127.0.0.1:8080 or [::]:8080, got {s:?}"
-    )))),
+    key!(listen: SocketAddr = text_with(address)),
     key!(threads: usize = whole(0, 1024)),
     key!(driver: DriverKind = text_with(str::parse)),
     key!(redis_url: RedisTarget = text_with(RedisTarget::parse)),
@@ -74,6 +72,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(affinity: Affinity = text_with(str::parse)),
     key!(trusted_proxies: Vec<IpNet> = list(text_with(cidr))),
     key!(metrics: bool = flag),
+    key!(metrics_listen: Option<SocketAddr> = optional(text_with(address))),
     // TOML integers are signed 64-bit, so that is the most a file (or a rendering) can hold.
     key!(fleet_epoch: u64 = whole(0, i64::MAX as u64)),
     key!(node_id: String = text_with(node_id)),
@@ -224,6 +223,12 @@ fn list<T>(
             .map(|(i, v)| item(v).map_err(|why| format!("item {}: {why}", i + 1)))
             .collect()
     }
+}
+
+/// A listening address: an IP literal and a port, not a host name.
+fn address(s: &str) -> Result<SocketAddr, String> {
+    s.parse()
+        .map_err(|_| format!("expected an address like 127.0.0.1:8080 or [::]:8080, got {s:?}"))
 }
 
 fn prefix(s: &str) -> Result<String, String> {

@@ -81,8 +81,11 @@ pub struct Config {
     pub trusted_proxies: Vec<IpNet>,
     /// Limits on forwards to workers.
     pub forwards: Forwards,
-    /// Serve `GET /metrics`. Default true.
+    /// Serve `GET /metrics` on `listen` (with an operator credential). Default true.
     pub metrics: bool,
+    /// A second address serving only `GET /metrics`, without credentials, for a scraper on a
+    /// private network (whatever `metrics` says). Default unset.
+    pub metrics_listen: Option<SocketAddr>,
     /// This node's fleet-license epoch: a node with a higher epoch takes the license over.
     /// Default 0; at most 2^63 − 1 (TOML integers are signed 64-bit).
     pub fleet_epoch: u64,
@@ -299,6 +302,7 @@ impl Default for Config {
                 upstream_idle_timeout_ms: 4_000,
             },
             metrics: true,
+            metrics_listen: None,
             fleet_epoch: 0,
             node_id: format!("node-{:012x}", rand::random::<u64>() >> 16),
             passport: PassportConfig::default(),
@@ -346,6 +350,9 @@ impl Config {
         let mut config = Config::default();
         keys::apply(&mut config, &table).map_err(|e| origins.annotate(e))?;
         config.require_passport_key()?;
+        config
+            .check_metrics_listen()
+            .map_err(|e| origins.annotate(e))?;
         config.check_key_files().map_err(|e| origins.annotate(e))?;
         Ok(config)
     }
@@ -393,6 +400,24 @@ impl Config {
                 "no Passport key configured (there is no unauthenticated registry): set \
                  passport.hs256_secret (PINBOARD_PASSPORT__HS256_SECRET) or \
                  passport.ed25519_public_keys",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The metrics listener is a socket of its own: it cannot take the port of `listen` on an
+    /// address `listen` covers too (an unspecified address covers every one).
+    fn check_metrics_listen(&self) -> Result<(), ConfigError> {
+        let (Some(metrics), listen) = (self.metrics_listen, self.listen) else {
+            return Ok(());
+        };
+        let shared_ip = metrics.ip() == listen.ip()
+            || metrics.ip().is_unspecified()
+            || listen.ip().is_unspecified();
+        if metrics.port() != 0 && metrics.port() == listen.port() && shared_ip {
+            return Err(ConfigError::new(
+                "metrics_listen",
+                format!("{metrics} takes the port of listen ({listen}): pick another"),
             ));
         }
         Ok(())
@@ -572,6 +597,7 @@ balance_factor = 1.5
 affinity = "header:X-User"
 trusted_proxies = ["10.0.0.0/8", "::1"]
 metrics = false
+metrics_listen = "10.0.0.9:9901"
 fleet_epoch = 7
 node_id = "edge-1"
 max_connections = 100
@@ -625,6 +651,7 @@ write_timeout_ms = 3000
                 upstream_idle_timeout_ms: 2_500,
             },
             metrics: false,
+            metrics_listen: Some("10.0.0.9:9901".parse().unwrap()),
             fleet_epoch: 7,
             node_id: "edge-1".into(),
             passport: PassportConfig {
@@ -736,6 +763,7 @@ write_timeout_ms = 3000
             ("PINBOARD_FORWARDS__MAX_INFLIGHT", "10"),
             ("PINBOARD_FORWARDS__UPSTREAM_IDLE_TIMEOUT_MS", "2500"),
             ("PINBOARD_METRICS", "false"),
+            ("PINBOARD_METRICS_LISTEN", "10.0.0.9:9901"),
             ("PINBOARD_FLEET_EPOCH", "7"),
             ("PINBOARD_NODE_ID", "edge-1"),
             ("PINBOARD_MAX_CONNECTIONS", "100"),
@@ -784,6 +812,24 @@ write_timeout_ms = 3000
                 &[("PINBOARD_LISTEN", "1.2.3.4")],
                 "listen",
                 "PINBOARD_LISTEN",
+            ),
+            (
+                "metrics_listen = \"localhost:9901\"",
+                &[],
+                "metrics_listen",
+                "127.0.0.1:8080",
+            ),
+            (
+                "listen = \"0.0.0.0:9000\"\nmetrics_listen = \"127.0.0.1:9000\"",
+                &[],
+                "metrics_listen",
+                "takes the port of listen (0.0.0.0:9000)",
+            ),
+            (
+                "",
+                &[("PINBOARD_METRICS_LISTEN", "127.0.0.1:8080")],
+                "metrics_listen",
+                "(from PINBOARD_METRICS_LISTEN)",
             ),
             ("threads = 1025", &[], "threads", "from 0 to 1024, got 1025"),
             ("threads = -1", &[], "threads", "got -1"),

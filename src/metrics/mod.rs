@@ -2,7 +2,8 @@
 //! summed per node for `/registry/health` and rendered as Prometheus text for `GET /metrics`.
 //!
 //! Each core owns one [`CoreCounters`] and is its only writer, so a relaxed increment never
-//! contends; readers sum across cores.
+//! contends; readers sum across cores. The process's own families (its build, CPU, memory and
+//! descriptors) are read at scrape time, in [`process`].
 
 pub mod histogram;
 
@@ -18,6 +19,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use prometheus_client::registry::Unit;
+
+mod process;
 
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
 /// `unavailable` for a request Redis could not answer, contract §8).
@@ -583,7 +586,7 @@ impl Format {
     }
 }
 
-/// The snapshot as text in `format`.
+/// The snapshot as text in `format`, followed by the process's own families, read now.
 ///
 /// prometheus-client writes OpenMetrics only. Our families are counters and gauges, for which
 /// Prometheus text differs in three ways, applied here: a counter's `# HELP` and `# TYPE` name
@@ -591,6 +594,7 @@ impl Format {
 pub fn render(snapshot: Snapshot, format: Format) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
+    registry.register_collector(Box::new(process::Process::read()));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     if format == Format::OpenMetrics {
@@ -682,5 +686,48 @@ mod tests {
         let open = render(snapshot(), Format::OpenMetrics).unwrap();
         assert!(open.contains("# TYPE pinboard_resolutions counter\n"));
         assert!(open.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn the_process_families_follow_the_snapshot() {
+        let text = render(snapshot(), Format::Prometheus).unwrap();
+        let commit = format!("commit=\"{}\"", env!("PINBOARD_COMMIT"));
+        let build = text
+            .lines()
+            .find(|l| l.starts_with("pinboard_build_info{"))
+            .unwrap();
+        assert!(build.contains(&commit) && build.ends_with("} 1"), "{build}");
+        for family in [
+            "process_cpu_seconds_total counter",
+            "process_resident_memory_bytes gauge",
+            "process_virtual_memory_bytes gauge",
+            "process_open_fds gauge",
+            "process_max_fds gauge",
+            "process_start_time_seconds gauge",
+        ] {
+            assert!(text.contains(&format!("# TYPE {family}\n")), "{text}");
+        }
+        let open = render(snapshot(), Format::OpenMetrics).unwrap();
+        assert!(
+            open.contains("# TYPE process_cpu_seconds counter\n"),
+            "{open}"
+        );
+        assert!(open.contains("\nprocess_cpu_seconds_total "), "{open}");
+    }
+
+    /// `docs/metrics.md` lists every family the node renders, by its name in Prometheus text.
+    #[test]
+    fn every_family_is_in_the_metrics_doc() {
+        const DOC: &str = include_str!("../../docs/metrics.md");
+        let text = render(snapshot(), Format::Prometheus).unwrap();
+        let missing: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split(' ').next())
+            .filter(|name| !DOC.contains(&format!("`{name}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/metrics.md does not list {missing:?}"
+        );
     }
 }

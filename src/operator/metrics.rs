@@ -1,6 +1,7 @@
 //! `GET /metrics`: this node's counters as Prometheus text (OpenMetrics when the scraper's
 //! `Accept` asks for it), for operators whose credential sees
-//! the whole fleet (every namespace, unrestricted hostnames and envs).
+//! the whole fleet (every namespace, unrestricted hostnames and envs), and, the same answer
+//! without a credential, on the metrics listener (`metrics_listen`).
 
 use std::sync::atomic::Ordering;
 
@@ -19,13 +20,19 @@ const _: () = assert!(scripts::NAMES.len() <= metrics::MAX_SCRIPTS);
 
 /// For a credential the route table authorized as an operator's.
 pub async fn metrics(core: &Core, req: &Request<'_>, credential: &Credential) -> Response {
-    let shared = &core.shared;
     let whole_fleet = credential.route_claim().is_ok_and(|claim| {
         claim.all_namespaces() && claim.unrestricted_hostnames() && claim.unrestricted_envs()
     });
     if !whole_fleet {
         return answers::forbidden();
     }
+    scrape(core, req).await
+}
+
+/// The metrics, whoever asks: [`metrics`] once the credential passed, and the metrics
+/// listener, which asks for none.
+pub async fn scrape(core: &Core, req: &Request<'_>) -> Response {
+    let shared = &core.shared;
     let hostname_aware = shared.config.hostname_aware;
     let fleet = match shared.mirror.view(&core.store, hostname_aware).await {
         Ok(fleet) => fleet,

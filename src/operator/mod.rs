@@ -10,6 +10,6 @@ mod wind_down;
 
 pub use drain::{drain, undrain};
 pub use health::{healthz, readyz, registry_health};
-pub use metrics::metrics;
+pub use metrics::{metrics, scrape};
 pub use views::{OverviewFilter, overview, stats, workers};
 pub use wind_down::wind_down;

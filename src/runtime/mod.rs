@@ -3,7 +3,11 @@
 //! Redis connection and connection tasks. Nothing on the request path is shared between cores.
 //!
 //! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
-//! (stop accepting, let in-flight requests finish, exit).
+//! (stop accepting, let in-flight requests finish, exit); and the metrics listener
+//! (`metrics_listen`, [`scrape`]) on the first core.
+
+mod accept;
+mod scrape;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -15,6 +19,7 @@ use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
 use tracing::{info, warn};
 
 pub use pinboard_http::Shutdown;
+pub use scrape::bind as bind_metrics;
 
 use crate::config::DriverKind;
 use crate::error::{Error, Origin};
@@ -25,8 +30,9 @@ use crate::node::{Core, Shared};
 /// this; requests never do.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// Runs the node until SIGTERM or SIGINT, then stops gracefully.
-pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
+/// Runs the node until SIGTERM or SIGINT, then stops gracefully. `metrics`: the metrics
+/// listener's socket ([`bind_metrics`]), served by the first core.
+pub fn serve(shared: Arc<Shared>, mut metrics: Option<std::net::TcpListener>) -> Result<(), Error> {
     let threads = shared.config.cores();
     let listeners = bind(shared.config.listen, threads)?;
     let addr = listeners[0]
@@ -40,10 +46,10 @@ pub fn serve(shared: Arc<Shared>) -> Result<(), Error> {
         .into_iter()
         .enumerate()
         .map(|(index, listener)| {
-            let shared = shared.clone();
+            let (shared, metrics) = (shared.clone(), metrics.take());
             std::thread::Builder::new()
                 .name(format!("pinboard-core-{index}"))
-                .spawn(move || run_core(index, threads, listener, shared))
+                .spawn(move || run_core(index, threads, listener, metrics, shared))
                 .map_err(|e| Error::because(Origin::Internal, "starting a core thread", e))
         })
         .collect::<Result<_, _>>()?;
@@ -143,6 +149,7 @@ fn run_core(
     index: usize,
     threads: usize,
     listener: std::net::TcpListener,
+    metrics: Option<std::net::TcpListener>,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -162,7 +169,7 @@ fn run_core(
             .build()
             .map_err(|e| Error::because(Origin::Internal, "starting the epoll event loop", e))
     };
-    let task = core_main(index, listener, shared.clone());
+    let task = core_main(index, listener, metrics, shared.clone());
     match shared.config.driver {
         DriverKind::Epoll => {
             info!(core = index, driver = "epoll", "event loop started");
@@ -191,16 +198,13 @@ fn run_core(
 async fn core_main(
     index: usize,
     listener: std::net::TcpListener,
+    metrics: Option<std::net::TcpListener>,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
-    // A second descriptor of the same socket, to stop listening when the stop begins: under
-    // io_uring the listener's own descriptor outlives its drop until the cancelled accept
-    // completes, and until then the kernel keeps completing handshakes for it.
-    let stopper = listener
-        .try_clone()
-        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
-    let listener = monoio::net::TcpListener::from_std(listener)
-        .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
+    let acceptor = accept::Acceptor::new(listener, index)?;
+    let metrics = metrics
+        .map(|listener| accept::Acceptor::new(listener, index))
+        .transpose()?;
     let shutdown = Shutdown::default();
     monoio::spawn({
         let (shared, shutdown) = (shared.clone(), shutdown.clone());
@@ -237,37 +241,26 @@ async fn core_main(
         });
     }
     let limits = Rc::new(shared.http_limits());
-    loop {
-        let accepted = monoio::select! {
-            r = listener.accept() => r,
-            _ = shutdown.fired() => break,
-        };
-        match accepted {
-            // Past the node's cap the connection is closed at once: one relaxed read per core
-            // per accept, never on the request path.
-            Ok(_) if shared.connections() >= shared.config.max_connections => {
-                core.counters().connection_refused();
-            }
-            Ok((stream, peer)) => {
-                let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
-                core.counters().connection_opened();
-                monoio::spawn(async move {
-                    let tls = core.shared.tls.listener.as_ref();
-                    serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
-                    core.counters().connection_closed();
-                });
-            }
-            Err(e) => {
-                // Typically EMFILE: back off briefly instead of spinning on the error.
-                warn!(core = index, error = %e, "accept failed");
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+    if let Some(metrics) = metrics {
+        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
     }
-    // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
-    // a descriptor: new connections are refused from here on.
-    let _ = socket2::SockRef::from(&stopper).shutdown(std::net::Shutdown::Both);
-    drop((listener, stopper));
+    while let Some((stream, peer)) = acceptor.next(&shutdown).await {
+        // Past the node's cap the connection is closed at once: one relaxed read per core per
+        // accept, never on the request path.
+        if shared.connections() >= shared.config.max_connections {
+            core.counters().connection_refused();
+            continue;
+        }
+        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        core.counters().connection_opened();
+        monoio::spawn(async move {
+            let tls = core.shared.tls.listener.as_ref();
+            serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
+            core.counters().connection_closed();
+        });
+    }
+    acceptor.close();
     let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
     let open = || core.counters().connections();
     while open() > 0 && Instant::now() < deadline {

@@ -1,0 +1,60 @@
+//! A listening socket on one core's event loop: its accepts until the stop, and the stop itself
+//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use monoio::net::{TcpListener, TcpStream};
+use tracing::warn;
+
+use super::Shutdown;
+use crate::error::{Error, Origin};
+
+pub(super) struct Acceptor {
+    listener: TcpListener,
+    /// A second descriptor of the same socket, to stop listening when the stop begins: under
+    /// io_uring the listener's own descriptor outlives its drop until the cancelled accept
+    /// completes, and until then the kernel keeps completing handshakes for it.
+    stopper: std::net::TcpListener,
+    /// The core it runs on, for the log.
+    core: usize,
+}
+
+impl Acceptor {
+    /// Must run inside the core's event loop, which the socket is registered with.
+    pub(super) fn new(listener: std::net::TcpListener, core: usize) -> Result<Acceptor, Error> {
+        let registering = |e| Error::because(Origin::Internal, "registering the listener", e);
+        let stopper = listener.try_clone().map_err(registering)?;
+        let listener = TcpListener::from_std(listener).map_err(registering)?;
+        Ok(Acceptor {
+            listener,
+            stopper,
+            core,
+        })
+    }
+
+    /// The next connection, or `None` once `shutdown` fires. A failed accept (typically
+    /// EMFILE) is logged and tried again after a short pause, instead of spinning on the error.
+    pub(super) async fn next(&self, shutdown: &Shutdown) -> Option<(TcpStream, SocketAddr)> {
+        loop {
+            let accepted = monoio::select! {
+                r = self.listener.accept() => r,
+                _ = shutdown.fired() => return None,
+            };
+            match accepted {
+                Ok(connection) => return Some(connection),
+                Err(e) => {
+                    warn!(core = self.core, error = %e, "accept failed");
+                    monoio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    /// Stops listening: new connections are refused from here on.
+    pub(super) fn close(self) {
+        // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
+        // a descriptor.
+        let _ = socket2::SockRef::from(&self.stopper).shutdown(std::net::Shutdown::Both);
+    }
+}
