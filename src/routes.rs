@@ -207,8 +207,7 @@ impl Handler for Core {
     /// Every answer carries the request's `X-Request-Id` (a relayed one gets it where its head
     /// is rewritten), and the request's record is filled on the way for [`Handler::answered`].
     async fn handle(&self, req: &mut Request<'_>, record: &mut Record) -> Result<Response, Error> {
-        record.started = Some(Instant::now());
-        let correlation = Correlation::of(&req.head.headers, rand::random);
+        let correlation = begin(req, record);
         let answer = match dispatch(self, req, &correlation, record).await {
             Ok(answer) | Err(Fail::Answer(answer)) => Ok(answer),
             Err(Fail::Error(e)) => {
@@ -223,9 +222,7 @@ impl Handler for Core {
                 answers::for_error(e)
             }
         };
-        let answer = answer.map(|a| with_request_id(a, &correlation));
-        record.correlation = Some(correlation);
-        answer
+        answer.map(|a| end(a, correlation, record))
     }
 
     /// The request metrics, and the access log's line.
@@ -261,13 +258,23 @@ fn request_id_header(correlation: &Correlation) -> (HeaderName, HeaderValue) {
     (HeaderName::from_static(REQUEST_ID), value)
 }
 
-/// A node answer with the request's id; a relayed one already has it.
-fn with_request_id(answer: Response, correlation: &Correlation) -> Response {
-    if answer.is_relayed() {
-        return answer;
-    }
-    let (name, value) = request_id_header(correlation);
-    answer.header(name, value)
+/// A request's start: when, and its ids (the client's, or new ones).
+pub fn begin(req: &Request<'_>, record: &mut Record) -> Correlation {
+    record.started = Some(Instant::now());
+    Correlation::of(&req.head.headers, rand::random)
+}
+
+/// A request's answer: a node answer gets the request's id (a relayed one already has it), and
+/// the ids go to the record.
+pub fn end(answer: Response, correlation: Correlation, record: &mut Record) -> Response {
+    let answer = if answer.is_relayed() {
+        answer
+    } else {
+        let (name, value) = request_id_header(&correlation);
+        answer.header(name, value)
+    };
+    record.correlation = Some(correlation);
+    answer
 }
 
 /// Which handler answers a request; notes its kind in `record`.

@@ -11,12 +11,14 @@ use tracing::info;
 
 use super::Shutdown;
 use super::accept::Acceptor;
+use crate::access_log::Record;
 use crate::answers;
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::{Handler, Limits, Request, Response, serve_connection};
+use crate::metrics::RequestKind;
 use crate::node::Core;
-use crate::operator;
+use crate::{operator, routes};
 
 /// The socket of `metrics_listen`, when it is set; the error is the one line that stops
 /// startup, naming the key.
@@ -56,12 +58,22 @@ pub(super) async fn serve(
 /// What the metrics listener answers.
 struct Scrapes(Rc<Core>);
 
+/// Identified, counted and logged as the node's operator routes are.
 impl Handler for Scrapes {
-    async fn handle(&self, req: &mut Request<'_>) -> Result<Response, Error> {
-        Ok(match (req.path(), req.method()) {
+    type Note = Record;
+
+    async fn handle(&self, req: &mut Request<'_>, record: &mut Record) -> Result<Response, Error> {
+        let correlation = routes::begin(req, record);
+        record.kind = RequestKind::Operator;
+        let answer = match (req.path(), req.method()) {
             ("/metrics", &Method::GET | &Method::HEAD) => operator::scrape(&self.0, req).await,
             ("/metrics", _) => answers::method_not_allowed("GET"),
             _ => answers::not_found(),
-        })
+        };
+        Ok(routes::end(answer, correlation, record))
+    }
+
+    fn answered(&self, record: Record, req: &Request<'_>, response: &Response, sent: u64) {
+        self.0.answered(record, req, response, sent);
     }
 }
