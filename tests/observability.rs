@@ -148,29 +148,21 @@ fn every_answer_is_identified_counted_and_logged() {
         6.0
     );
     assert!(delta(r#"pinboard_http_request_duration_seconds_sum{kind="data"}"#) >= 0.7);
-    assert_eq!(delta("pinboard_upstream_duration_seconds_count"), 4.0);
-    assert_eq!(
-        delta(r#"pinboard_upstream_errors_total{kind="reset"}"#),
-        1.0
-    );
-    assert_eq!(
-        delta(r#"pinboard_upstream_errors_total{kind="timeout"}"#),
-        1.0
-    );
-    // Five resolves: the 404 and the four forwards.
-    assert_eq!(
-        delta(r#"pinboard_redis_duration_seconds_count{script="resolve"}"#),
-        5.0
-    );
-    // The decisions stay counted as such; their 502 and 504 show in the series above.
-    assert_eq!(
-        delta(r#"pinboard_resolutions_total{outcome="forward"}"#),
-        4.0
-    );
-    assert_eq!(
-        delta(r#"pinboard_resolutions_total{outcome="unknown-ns"}"#),
-        1.0
-    );
+    for (sample, n) in [
+        ("pinboard_upstream_duration_seconds_count", 4.0),
+        (r#"pinboard_upstream_errors_total{kind="reset"}"#, 1.0),
+        (r#"pinboard_upstream_errors_total{kind="timeout"}"#, 1.0),
+        // Five resolves: the 404 and the four forwards.
+        (
+            r#"pinboard_redis_duration_seconds_count{script="resolve"}"#,
+            5.0,
+        ),
+        // The decisions stay counted as such; their 502 and 504 show in the series above.
+        (r#"pinboard_resolutions_total{outcome="forward"}"#, 4.0),
+        (r#"pinboard_resolutions_total{outcome="unknown-ns"}"#, 1.0),
+    ] {
+        assert_eq!(delta(sample), n, "{sample}");
+    }
     let url = worker.url();
     assert_eq!(
         after.get(&format!(r#"pinboard_upstream_inflight{{worker="{url}"}}"#)),

@@ -113,15 +113,21 @@ fn connections_idle_past_the_upstream_idle_timeout_are_dropped() {
 #[test]
 fn only_idempotent_requests_are_sent_again_after_a_pooled_connection_fails() {
     let (f, worker, _) = Fixture::with_worker(&[("PINBOARD_THREADS", "1")], "dropper");
-    let mut c = Client::connect(f.node.addr);
-    // A pooled connection to begin with.
-    let r = c.request(b"GET /threads/p/x HTTP/1.1\r\nHost: edge\r\n\r\n");
-    assert_eq!(r.status, 200, "{}", r.text());
-    worker.set_serve(Serve::Drop);
+    // A pooled connection, then `request` on it while the worker drops every connection it
+    // reads a request from.
+    let on_a_pooled_connection_that_fails = |request: &[u8]| {
+        worker.set_serve(Serve::Echo);
+        let ok = Client::connect(f.node.addr)
+            .request(b"GET /threads/p/x HTTP/1.1\r\nHost: edge\r\n\r\n");
+        assert_eq!(ok.status, 200, "{}", ok.text());
+        worker.set_serve(Serve::Drop);
+        let r = Client::connect(f.node.addr).request(request);
+        assert_eq!(r.status, 502, "{}", r.text());
+    };
 
-    let mut c = Client::connect(f.node.addr);
-    let r = c.request(b"POST /threads/p/pay HTTP/1.1\r\nHost: edge\r\nContent-Length: 0\r\n\r\n");
-    assert_eq!(r.status, 502, "{}", r.text());
+    on_a_pooled_connection_that_fails(
+        b"POST /threads/p/pay HTTP/1.1\r\nHost: edge\r\nContent-Length: 0\r\n\r\n",
+    );
     let pays = |w: &TestWorker| {
         w.requests()
             .iter()
@@ -134,15 +140,8 @@ fn only_idempotent_requests_are_sent_again_after_a_pooled_connection_fails() {
         1
     );
 
-    // Pooled again, then a GET on it: sent twice, on two connections.
-    worker.set_serve(Serve::Echo);
-    let mut c = Client::connect(f.node.addr);
-    let r = c.request(b"GET /threads/p/x HTTP/1.1\r\nHost: edge\r\n\r\n");
-    assert_eq!(r.status, 200, "{}", r.text());
-    worker.set_serve(Serve::Drop);
-    let mut c = Client::connect(f.node.addr);
-    let r = c.request(b"GET /threads/p/read HTTP/1.1\r\nHost: edge\r\n\r\n");
-    assert_eq!(r.status, 502, "{}", r.text());
+    // A GET: sent twice, on two connections.
+    on_a_pooled_connection_that_fails(b"GET /threads/p/read HTTP/1.1\r\nHost: edge\r\n\r\n");
     let reads: Vec<usize> = worker
         .requests()
         .iter()
