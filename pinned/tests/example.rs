@@ -207,6 +207,33 @@ fn counts_and_echoes_through_the_node() {
     assert_eq!(heartbeat_status(&node, &example.session), 409);
 }
 
+/// POSTs through the node after 6 s without traffic (longer than uvicorn's and Node's 5 s
+/// keep-alive, shorter than this worker's 75 s): each on a connection that can carry it, all 200.
+#[test]
+fn posts_after_six_idle_seconds_all_answer_200() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "3000")]);
+    let _example = Example::start(&node, &[]);
+    let posts = |n: usize| -> Vec<u16> {
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let addr = node.addr;
+                std::thread::spawn(move || {
+                    let raw = format!(
+                        "POST /docs/idle-{i}/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello"
+                    );
+                    Client::connect(addr).request(raw.as_bytes()).status
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    };
+    // Past the cold start, with several pooled connections to the worker.
+    assert!(eventually(Duration::from_secs(10), || posts(6) == [200; 6]));
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(posts(6), [200; 6], "{}", node.log());
+}
+
 #[test]
 fn a_durable_dir_serves_wake_and_tickers() {
     let redis = RedisServer::start();
