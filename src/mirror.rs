@@ -73,6 +73,8 @@ impl FleetView {
     pub async fn read(store: &Store, hostname_aware: bool) -> Result<FleetView, Error> {
         let now = now_ms();
         let sessions = store.sessions().await?;
+        // Draining: the worker's own flag or an operator drain of its client (spec).
+        let drains = store.drains(&sessions).await?;
         let mut view = FleetView {
             sweeper: store.sweeper_holder().await?,
             ..FleetView::default()
@@ -93,7 +95,7 @@ impl FleetView {
                 };
                 let counts = view.workers.entry((ns.clone(), hostname, env)).or_default();
                 counts.live += 1;
-                counts.draining += u64::from(s.draining);
+                counts.draining += u64::from(s.draining || drains.contains_key(&s.client_id));
                 counts.degraded += u64::from(s.degraded_since.is_some());
             }
         }

@@ -1609,6 +1609,85 @@ fn stats_keep_eight_calls_in_flight_as_a_sliding_window() {
     );
 }
 
+/// A worker's `/_pinned/stats` as `pinned` answers it, holding `per_ns` ids (36 characters,
+/// like a UUID) in each of `/threads` and `/docs`.
+fn pinned_stats(session: &str, per_ns: usize) -> Vec<u8> {
+    let ids = |ns: &str| -> Vec<String> {
+        (0..per_ns)
+            .map(|i| format!("{ns:.2}-{i:033}").replace('/', "x"))
+            .collect()
+    };
+    serde_json::to_vec(&json!({
+        "sessionId": session, "clientId": "c", "advertiseUrl": "http://127.0.0.1:1",
+        "namespaces": ["/threads", "/docs"],
+        "instances": {"/threads": ids("/threads"), "/docs": ids("/docs")},
+        "instanceCount": 2 * per_ns, "headroom": 10, "draining": false, "degraded": false,
+        "leaseHealthy": true, "threads": 2, "uptimeMs": 1,
+    }))
+    .unwrap()
+}
+
+/// Two workers holding 40,000 instances each answer some 1.6 MB of stats apiece: both are
+/// relayed whole (a 1 MiB cap once made them `unreachable`), cut to the credential's
+/// namespaces. An answer over the 64 MiB cap is `unreachable`, and the log says why.
+#[test]
+fn stats_relay_large_answers_up_to_the_cap() {
+    let f = Fixture::new(&[]);
+    let workers: Vec<TestWorker> = (0..3)
+        .map(|i| TestWorker::start(&format!("big-{i}")))
+        .collect();
+    let sessions: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| f.registered(w, &format!("big-{i}")))
+        .collect();
+    for (w, session) in workers.iter().zip(&sessions).take(2) {
+        let body = pinned_stats(session, 20_000);
+        assert!(body.len() > 1024 * 1024, "{}", body.len());
+        w.set_stats(body);
+    }
+    workers[2].set_stats(vec![b' '; 64 * 1024 * 1024 + 1]);
+
+    let narrow = token("ops", &["pinboard:operator"], &["/threads"]);
+    let r = support::http::get(f.node.addr, "/registry/stats", Some(&narrow));
+    assert_eq!(r.status, 200, "{}", f.node.log());
+    let stats = r.json();
+    for session in &sessions[..2] {
+        let entry = stats["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["sessionId"] == *session)
+            .unwrap();
+        assert!(entry.get("error").is_none(), "{}", f.node.log());
+        let relayed = &entry["stats"];
+        assert_eq!(relayed["instanceCount"], 40_000);
+        assert_eq!(relayed["namespaces"], json!(["/threads"]));
+        let instances = relayed["instances"].as_object().unwrap();
+        assert_eq!(instances.keys().collect::<Vec<_>>(), ["/threads"]);
+        assert_eq!(instances["/threads"].as_array().unwrap().len(), 20_000);
+    }
+    let over = stats["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["sessionId"] == sessions[2])
+        .unwrap();
+    assert_eq!(over["error"], "unreachable");
+    f.node.logs("response body too large");
+    let line = f
+        .node
+        .log()
+        .lines()
+        .find(|l| l.contains("worker stats unreachable"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("WARN") && line.contains(&sessions[2]),
+        "{line}"
+    );
+}
+
 /// Spec: "'' quotes an epoch-less row": `epoch: ""` frees an epoch-less row and no other.
 #[test]
 fn schedule_is_compare_and_set_on_the_row() {

@@ -101,6 +101,8 @@ struct State {
     activating: usize,
     /// The path its advertise URL carries (`""` for none): taken off each request's path once.
     base: String,
+    /// What `GET /_pinned/stats` answers (200, JSON) when set; the echo otherwise.
+    stats: Option<Arc<Vec<u8>>>,
 }
 
 pub struct TestWorker {
@@ -122,6 +124,7 @@ impl TestWorker {
             serve: Serve::Echo,
             activating: 0,
             base: String::new(),
+            stats: None,
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
@@ -183,6 +186,11 @@ impl TestWorker {
     /// the instance does; later ones the usual echo (200).
     pub fn set_activating(&self, n: usize) {
         self.state.lock().unwrap().activating = n;
+    }
+
+    /// Answers `GET /_pinned/stats` with `body` (a JSON object, as a worker describing itself).
+    pub fn set_stats(&self, body: Vec<u8>) {
+        self.state.lock().unwrap().stats = Some(Arc::new(body));
     }
 
     pub fn set_serve(&self, serve: Serve) {
@@ -345,7 +353,7 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             conn: n,
             at: std::time::Instant::now(),
         };
-        let (mode, serve, secret, value, activating) = {
+        let (mode, serve, secret, value, activating, stats) = {
             let mut s = state.lock().unwrap();
             s.seen.push(seen.clone());
             let activating = path.ends_with("/_wake") && s.activating > 0;
@@ -362,10 +370,14 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
                 s.secret.clone(),
                 s.values.get(&challenge).cloned(),
                 activating,
+                s.stats.clone().filter(|_| path == "/_pinned/stats"),
             )
         };
         let keep = if path.starts_with("/_pinned/challenge") {
             answer_probe(&mut conn, mode, &seen, &secret, value)
+        } else if let Some(stats) = stats {
+            let json = [("content-type", "application/json")];
+            respond(&mut conn, "200 OK", &json, Framing::Length, &stats)
         } else if activating {
             let body = r#"{"activating":true}"#;
             let head = format!(
