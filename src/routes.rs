@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use http::Method;
 use tracing::debug;
 
-use crate::answers::{self, Fail, Handled};
+use crate::answers::{self, Act, Fail, Handled};
 use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response, remove_dot_segments};
 use crate::node::Core;
@@ -278,23 +278,37 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
             _ => Ok(operator::readyz(core).await),
         };
     };
-    match route.name {
+    // Registrations, schedules and operator acts: a refusal is one log line (`Act`).
+    let mut act = Act::default();
+    let act_name = match route.name {
+        Name::Register => "registration",
+        Name::Schedule => "schedule",
+        Name::Drain => "operator drain",
+        Name::Undrain => "operator undrain",
+        Name::WindDown => "operator wind_down",
+        _ => "",
+    };
+    let answered = match route.name {
         Name::Metrics => Ok(operator::metrics(core, req, credential).await),
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
         Name::Overview => operator::overview(core, req, credential).await,
         Name::Stats => operator::stats(core, credential).await,
-        Name::Register => registry::register(core, req, credential).await,
+        Name::Register => registry::register(core, req, credential, &mut act).await,
         Name::Heartbeat => registry::heartbeat(core, req, credential).await,
         Name::Release => registry::release(core, req, credential).await,
         Name::Tag => registry::tag(core, req, credential).await,
         Name::Schedule => registry::schedule(core, req, credential).await,
         Name::Deregister => registry::deregister(core, req, credential).await,
-        Name::Drain => operator::drain(core, req, credential).await,
-        Name::Undrain => operator::undrain(core, req, credential).await,
-        Name::WindDown => operator::wind_down(core, req, credential).await,
+        Name::Drain => operator::drain(core, req, credential, &mut act).await,
+        Name::Undrain => operator::undrain(core, req, credential, &mut act).await,
+        Name::WindDown => operator::wind_down(core, req, credential, &mut act).await,
         Name::Healthz | Name::Readyz => unreachable!("open routes are answered above"),
+    };
+    if !act_name.is_empty() {
+        answers::log_refusal(act_name, credential, &act, &answered);
     }
+    answered
 }
 
 /// The credential of a request to a route that requires `scope`, or the answer refusing it:

@@ -237,7 +237,21 @@ fn registration_probe_failures() {
         error_of(&f.post("register", &f.token, &body)),
         (400, "registration probe failed".into())
     );
-    assert!(f.node.log().contains("registration probe failed"));
+    // One line a refusal, at warn, with the probe's detail.
+    let log = f.node.log();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("registration refused"))
+        .collect();
+    assert_eq!(refusals.len(), 6, "{log}");
+    assert!(
+        refusals.iter().all(|l| l.contains("WARN")
+            && l.contains("sub=acct-a")
+            && l.contains("error=registration probe failed")
+            && l.contains("detail=probe of ")),
+        "{log}"
+    );
+    assert!(refusals[5].contains("404"), "{}", refusals[5]);
     assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "0");
 }
 
@@ -1140,6 +1154,140 @@ fn operator_drain_and_undrain() {
     );
     let r = drain(&ops, json!({"clientId": "drained-client", "deadline": -5}));
     assert_eq!(r.status, 400);
+}
+
+/// The log line of `message` (the first), or a failure showing the whole log.
+fn log_line(f: &Fixture, message: &str) -> String {
+    f.node.logs(message);
+    let log = f.node.log();
+    log.lines()
+        .find(|l| l.contains(message))
+        .unwrap_or_else(|| panic!("{message} is not in the log:\n{log}"))
+        .to_owned()
+}
+
+/// Spec: draining is "the worker's own flag OR an operator drain". The views and the draining
+/// gauge show an operator drain at once, before the worker's next heartbeat, and a timed one
+/// with its deadline. Each operator act is one `info` line, each refusal one `warn` line, both
+/// naming the credential's subject.
+#[test]
+fn an_operator_drain_shows_in_the_views_and_the_gauge_and_the_log() {
+    let f = Fixture::new(&[("PINBOARD_LEASE_TTL_MS", "3000")]);
+    let worker = TestWorker::start("cordoned");
+    let session = f.registered(&worker, "w2");
+    let ops = token("ops-alice", &["pinboard:operator"], &["*"]);
+    let listed = |view: &str| {
+        let r = support::http::get(f.node.addr, view, Some(&ops)).json();
+        r["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["sessionId"] == session.as_str())
+            .unwrap()
+            .clone()
+    };
+    let gauge = "pinboard_fleet_workers{namespace=\"/threads\",state=\"draining\"}";
+    let draining_gauge = || {
+        let r = support::http::get(f.node.addr, "/metrics", Some(&ops));
+        r.text()
+            .lines()
+            .find_map(|l| l.strip_prefix(gauge)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(listed("/registry/workers")["draining"], false);
+
+    let r = f.post("drain", &ops, &json!({"clientId": "w2", "deadline": null}));
+    assert_eq!(r.status, 200);
+    for view in ["/registry/workers", "/registry/overview"] {
+        let entry = listed(view);
+        assert_eq!(entry["draining"], true, "{view}: {entry}");
+        assert!(
+            entry.get("drain").is_none(),
+            "a cordon has no deadline: {entry}"
+        );
+    }
+    assert!(
+        support::node::eventually(Duration::from_secs(8), || draining_gauge() == 1),
+        "{}",
+        f.node.log()
+    );
+    let line = log_line(&f, "operator drain");
+    assert!(
+        line.contains("INFO")
+            && line.contains("sub=ops-alice")
+            && line.contains("clientId=w2")
+            && line.contains("deadline=null"),
+        "{line}"
+    );
+
+    // Timed: the deadline shows, in epoch ms like the stored drain's.
+    f.post("drain", &ops, &json!({"clientId": "w2", "deadline": 60}));
+    let stored: Value = serde_json::from_str(&f.cli(&["GET", &f.keys.drain("w2")])).unwrap();
+    let entry = listed("/registry/workers");
+    assert_eq!(entry["draining"], true);
+    assert_eq!(entry["drain"], json!({"deadline": stored["deadline"]}));
+    assert!(f.node.log().contains("deadline=60"), "{}", f.node.log());
+
+    let r = f.post("undrain", &ops, &json!({"clientId": "w2"}));
+    assert_eq!(r.json(), json!({"revoked": true}));
+    assert_eq!(listed("/registry/workers")["draining"], false);
+    assert!(support::node::eventually(
+        Duration::from_secs(8),
+        || draining_gauge() == 0
+    ));
+    let line = log_line(&f, "operator undrain");
+    assert!(
+        line.contains("sub=ops-alice") && line.contains("revoked=true"),
+        "{line}"
+    );
+
+    // A wind-down is one line; so is each refusal, at warn.
+    let r = f.post(
+        "wind_down",
+        &ops,
+        &json!({"namespace": "/threads", "id": "t9", "deadline": 5}),
+    );
+    assert_eq!(r.json(), json!({"queued": false}));
+    let line = log_line(&f, "operator wind_down");
+    assert!(
+        line.contains("INFO") && line.contains("sub=ops-alice") && line.contains("id=t9"),
+        "{line}"
+    );
+    let r = f.post(
+        "drain",
+        &ops,
+        &json!({"clientId": "nobody", "deadline": null}),
+    );
+    assert_eq!(r.status, 403);
+    let line = log_line(&f, "operator drain refused");
+    assert!(
+        line.contains("WARN")
+            && line.contains("sub=ops-alice")
+            && line.contains("about=nobody")
+            && line.contains("status=403")
+            && line.contains("error=forbidden"),
+        "{line}"
+    );
+    let r = f.register(&worker, "w3", json!({"namespaces": ["threads"]}));
+    assert_eq!(r.status, 400);
+    let line = log_line(&f, "registration refused");
+    assert!(
+        line.contains("WARN") && line.contains("sub=acct-a") && line.contains("about=w3"),
+        "{line}"
+    );
+    let r = f.post("schedule", &f.token, &json!([]));
+    assert_eq!(r.status, 400);
+    let line = log_line(&f, "schedule refused");
+    assert!(
+        line.contains("WARN") && line.contains("sub=acct-a"),
+        "{line}"
+    );
+    assert_eq!(
+        f.node.log().matches("refused").count(),
+        3,
+        "one line a refusal: {}",
+        f.node.log()
+    );
 }
 
 #[test]
