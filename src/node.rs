@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::fleet::{Standing, StandingFlag};
 use crate::http::Limits;
 use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
 use crate::metrics::{CoreCounters, SweepCounters};
@@ -26,9 +27,9 @@ pub struct Shared {
     pub counters: Vec<CoreCounters>,
     /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
     pub stopping: AtomicBool,
-    /// Whether this node is the serving fleet (see [`crate::fleet`]); false until the first
-    /// claim of the fleet license succeeds.
-    pub serving: AtomicBool,
+    /// Whether this node is the serving fleet, and if not why (see [`crate::fleet`]); not
+    /// serving until the first claim of the fleet license succeeds.
+    pub standing: StandingFlag,
     pub started: Instant,
     /// Forwards in flight per worker, counted across the cores.
     pub inflight: Arc<InflightCounters>,
@@ -100,7 +101,7 @@ impl Shared {
             config,
             passport,
             stopping: AtomicBool::new(false),
-            serving: AtomicBool::new(false),
+            standing: StandingFlag::default(),
             started: Instant::now(),
             inflight: Arc::default(),
             last_quarantine_ms: AtomicU64::new(0),
@@ -137,8 +138,12 @@ impl Shared {
         self.stopping.load(Ordering::Relaxed)
     }
 
+    pub fn standing(&self) -> Standing {
+        self.standing.get()
+    }
+
     pub fn is_serving(&self) -> bool {
-        self.serving.load(Ordering::Relaxed)
+        self.standing() == Standing::Serving
     }
 }
 

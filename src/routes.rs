@@ -67,7 +67,7 @@ struct Route {
     /// The credential scope required, checked first.
     scope: Option<&'static str>,
     method: Takes,
-    /// Refused with 503 `not the serving fleet` while this node is not.
+    /// Refused while this node is not the serving fleet ([`crate::fleet::Standing::check`]).
     serving_only: bool,
     name: Name,
 }
@@ -235,9 +235,7 @@ async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
             // probing them tells an unauthenticated caller nothing about which routes exist.
             None => {
                 authorize(core, req, WORKER_SCOPE)?;
-                if !core.shared.is_serving() {
-                    return Ok(answers::not_serving());
-                }
+                core.shared.standing().check()?;
                 Ok(answers::not_found())
             }
         };
@@ -263,8 +261,8 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Some(scope) => Some(authorize(core, req, scope)?),
         None => None,
     };
-    if route.serving_only && !core.shared.is_serving() {
-        return Ok(answers::not_serving());
+    if route.serving_only {
+        core.shared.standing().check()?;
     }
     if !method_matches(route, req.method()) {
         return Ok(answers::method_not_allowed(match route.method {

@@ -15,6 +15,7 @@ pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Extra, Instance, Purpose};
 use crate::clock;
+use crate::fleet::Standing;
 use crate::http::{Request, Response};
 use crate::names::valid_id;
 use crate::node::Core;
@@ -59,10 +60,11 @@ pub async fn handle(
     path: &str,
     path_and_query: &str,
 ) -> Handled {
-    if !core.shared.is_serving() {
+    let standing = core.shared.standing();
+    if standing == Standing::NotServing {
         core.counters().count("not-serving");
-        return Ok(answers::not_serving());
     }
+    standing.check()?;
     let Some(route) = Route::parse(path) else {
         return Ok(answers::invalid_instance_id());
     };
