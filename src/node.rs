@@ -40,6 +40,8 @@ pub struct Shared {
     pub sweeps: SweepCounters,
     /// The registry as the mirror poll last read it, for `/metrics`.
     pub mirror: crate::mirror::Mirror,
+    /// The heartbeat refusals already logged ([`crate::registry::HeartbeatRefusal`]).
+    pub heartbeat_refusals: crate::registry::SaidOnce,
     pub tls: NodeTls,
 }
 
@@ -107,6 +109,7 @@ impl Shared {
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
+            heartbeat_refusals: crate::registry::SaidOnce::default(),
         }
     }
 

@@ -258,7 +258,24 @@ async fn dispatch(core: &Core, req: &mut Request<'_>) -> Handled {
 /// A route's checks in order (credential, serving fleet, method), then its handler.
 async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
     let credential = match route.scope {
-        Some(scope) => Some(authorize(core, req, scope)?),
+        Some(scope) => match credential_for(core, req, scope) {
+            Ok(credential) => Some(credential),
+            Err(refused) => {
+                if route.name == Name::Heartbeat {
+                    // The body is not read before the credential passes: the refusal is said
+                    // once per credential (its bytes), not per session.
+                    let token = req.header(http::header::AUTHORIZATION);
+                    let refusal = registry::HeartbeatRefusal {
+                        status: refused.answer.status,
+                        why: &refused.why,
+                        sub: refused.sub.as_deref(),
+                        session: None,
+                    };
+                    refusal.say_once(core, token.map_or(&b""[..], |t| t.as_bytes()));
+                }
+                return Err(refused.answer.into());
+            }
+        },
         None => None,
     };
     if route.serving_only {
@@ -313,16 +330,42 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
 /// 401 without a valid credential; 403 when it lacks `scope`, an account (`sub`) or a
 /// well-formed `pinboard` claim.
 pub fn authorize(core: &Core, req: &Request<'_>, scope: &str) -> Handled<Credential> {
+    credential_for(core, req, scope).map_err(|refused| refused.answer.into())
+}
+
+/// A credential refused on a route: the answer, why (for the log) and its `sub` when it
+/// verified.
+struct Refused {
+    answer: Response,
+    why: String,
+    sub: Option<String>,
+}
+
+/// [`authorize`], with why a refused credential is refused.
+fn credential_for(core: &Core, req: &Request<'_>, scope: &str) -> Result<Credential, Refused> {
     let credential = core
         .shared
         .passport
         .verify_headers(&req.head.headers)
-        .map_err(|_| answers::unauthorized())?;
-    if !credential.has_scope(scope) || credential.sub.is_none() {
-        return Err(answers::forbidden().into());
-    }
-    credential.route_claim().map_err(|_| answers::forbidden())?;
-    Ok(credential)
+        .map_err(|e| Refused {
+            answer: answers::unauthorized(),
+            why: e.to_string(),
+            sub: None,
+        })?;
+    let why = if !credential.has_scope(scope) {
+        format!("the credential lacks the scope {scope}")
+    } else if credential.sub.is_none() {
+        "the credential names no account (sub)".to_owned()
+    } else if let Err(malformed) = credential.route_claim() {
+        malformed.to_string()
+    } else {
+        return Ok(credential);
+    };
+    Err(Refused {
+        answer: answers::forbidden(),
+        why,
+        sub: credential.sub,
+    })
 }
 
 /// The path below `base` (`""` serves everything), or `None` outside it: `/apix` is not

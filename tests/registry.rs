@@ -363,6 +363,66 @@ fn heartbeat_refusals() {
     assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 409);
 }
 
+/// A worker whose heartbeats are refused 401 or 403 keeps sending them: the node says so once
+/// per credential (401, and the 403s of the credential itself: its body is not read before it
+/// passes) or per session (the 403s of a credential that may not keep the session), at warn,
+/// with the reason.
+#[test]
+fn a_refused_heartbeat_is_logged_once_with_its_reason() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    let heartbeat = |token: &str| {
+        let (challenge, value) = worker.challenge();
+        let body = json!({"sessionId": session, "headroom": 1, "draining": false,
+                          "challenge": challenge, "challengeValue": value});
+        f.post("heartbeat", token, &body).status
+    };
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("JWT".into());
+    let key = jsonwebtoken::EncodingKey::from_secret(support::node::SECRET.as_bytes()).unwrap();
+    let expired = jsonwebtoken::encode(
+        &header,
+        &json!({"sub": "acct-a", "scope": "pinboard:worker", "exp": 1_000_000_000,
+                "pinboard": {"namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1"]}}),
+        &key,
+    )
+    .unwrap();
+    let operator = token("acct-a", &["pinboard:operator"], &["*"]);
+    let other_account = f.node.worker_token("acct-b");
+    for _ in 0..3 {
+        assert_eq!(heartbeat(&expired), 401);
+        assert_eq!(heartbeat(&operator), 403);
+        assert_eq!(heartbeat(&other_account), 403);
+    }
+    assert_eq!(heartbeat(&f.token), 200);
+    let log = f.node.log();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("heartbeat refused"))
+        .collect();
+    assert_eq!(said.len(), 3, "{log}");
+    assert!(said.iter().all(|l| l.contains("WARN")), "{log}");
+    let line = |what: &str| {
+        *said
+            .iter()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {log}"))
+    };
+    assert!(line("expired").contains("status=401"), "{log}");
+    assert!(
+        line("lacks the scope pinboard:worker").contains("sub=acct-a"),
+        "{log}"
+    );
+    let other = line("another account");
+    assert!(
+        other.contains("status=403")
+            && other.contains("sub=acct-b")
+            && other.contains(&format!("session={session}")),
+        "{other}"
+    );
+}
+
 #[test]
 fn lease_expiry_end_to_end() {
     let f = Fixture::new(&[("PINBOARD_LEASE_TTL_MS", "1000")]);
