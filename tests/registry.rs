@@ -239,10 +239,7 @@ fn registration_probe_failures() {
     );
     // One line a refusal, at warn, with the probe's detail.
     let log = f.node.log();
-    let refusals: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("registration refused"))
-        .collect();
+    let refusals = f.node.log_lines("registration refused");
     assert_eq!(refusals.len(), 6, "{log}");
     assert!(
         refusals.iter().all(|l| l.contains("WARN")
@@ -397,15 +394,11 @@ fn a_refused_heartbeat_is_logged_once_with_its_reason() {
     }
     assert_eq!(heartbeat(&f.token), 200);
     let log = f.node.log();
-    let said: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("heartbeat refused"))
-        .collect();
+    let said = f.node.log_lines("heartbeat refused");
     assert_eq!(said.len(), 3, "{log}");
     assert!(said.iter().all(|l| l.contains("WARN")), "{log}");
     let line = |what: &str| {
-        *said
-            .iter()
+        said.iter()
             .find(|l| l.contains(what))
             .unwrap_or_else(|| panic!("{what}: {log}"))
     };
@@ -1216,14 +1209,10 @@ fn operator_drain_and_undrain() {
     assert_eq!(r.status, 400);
 }
 
-/// The log line of `message` (the first), or a failure showing the whole log.
+/// The (first) log line of `message`, once the log has it.
 fn log_line(f: &Fixture, message: &str) -> String {
     f.node.logs(message);
-    let log = f.node.log();
-    log.lines()
-        .find(|l| l.contains(message))
-        .unwrap_or_else(|| panic!("{message} is not in the log:\n{log}"))
-        .to_owned()
+    f.node.log_lines(message).swap_remove(0)
 }
 
 /// Spec: draining is "the worker's own flag OR an operator drain". The views and the draining
@@ -1882,16 +1871,11 @@ fn stats_relay_large_answers_up_to_the_cap() {
         .find(|e| e["sessionId"] == sessions[2])
         .unwrap();
     assert_eq!(over["error"], "unreachable");
-    f.node.logs("response body too large");
-    let line = f
-        .node
-        .log()
-        .lines()
-        .find(|l| l.contains("worker stats unreachable"))
-        .unwrap()
-        .to_owned();
+    let line = log_line(&f, "worker stats unreachable");
     assert!(
-        line.contains("WARN") && line.contains(&sessions[2]),
+        line.contains("WARN")
+            && line.contains(&sessions[2])
+            && line.contains("response body too large"),
         "{line}"
     );
 }
