@@ -2,14 +2,18 @@
 //! list, and [`Fail`]: how a handler ends early, with one of these answers or with an
 //! [`Error`] that [`for_error`] turns into its answer from its origin and retryability.
 //!
-//! The strings are the spec's, to the letter; `docs/api.md` lists them per route.
+//! The strings are the spec's, to the letter; `docs/api.md` lists them per route. A refused
+//! registration, schedule or operator act is also one log line ([`log_refusal`]).
 
 use std::time::Duration;
 
 use http::{HeaderValue, StatusCode, header};
 
+use tracing::warn;
+
 use crate::error::{Error, Origin};
 use crate::http::{BodyError, Response};
+use crate::passport::Credential;
 use crate::redis::RedisError;
 
 /// The largest body a registry or operator route reads.
@@ -44,6 +48,38 @@ impl From<RedisError> for Fail {
     fn from(e: RedisError) -> Fail {
         Fail::Error(e.into())
     }
+}
+
+/// What the log line of a refused act names, as far as its handler got before refusing: what
+/// the act was about (a client, `{ns}/{id}`) and a detail the answer keeps from the caller (a
+/// registration probe's outcome).
+#[derive(Default)]
+pub struct Act {
+    pub about: Option<String>,
+    pub detail: Option<String>,
+}
+
+/// Logs the refusal a handler of `act` ended in, if it ended in one (an answer of 400–499): one
+/// line at `warn` naming the credential's subject (`sub`), the act's `about`, the status and
+/// the answer's `error`.
+pub fn log_refusal(act: &str, credential: &Credential, named: &Act, answered: &Handled) {
+    let (Ok(answer) | Err(Fail::Answer(answer))) = answered else {
+        return;
+    };
+    if !answer.status.is_client_error() {
+        return;
+    }
+    let error = serde_json::from_slice::<serde_json::Value>(&answer.body)
+        .ok()
+        .and_then(|body| Some(body.get("error")?.as_str()?.to_owned()));
+    warn!(
+        sub = credential.sub.as_deref().map(tracing::field::display),
+        about = named.about.as_deref().map(tracing::field::display),
+        status = answer.status.as_u16(),
+        error = error.as_deref().map(tracing::field::display),
+        detail = named.detail.as_deref().map(tracing::field::display),
+        "{act} refused"
+    );
 }
 
 /// The answer for a failure, by its origin: a transient Redis failure is the client's to retry

@@ -7,7 +7,7 @@
 //! node writes itself), [`node`] (the per-node and per-core state, with [`upstream`] and
 //! [`metrics`] counters), the route modules on it ([`placement`], [`proxy`], [`registry`],
 //! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
-//! loops, the process lifecycle) driving it all.
+//! loops, the process lifecycle) driving it all; [`logs`] is how the node's log lines look.
 
 pub mod access_log;
 pub mod answers;
@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod correlation;
 pub mod fleet;
+pub mod logs;
 pub mod metrics;
 pub mod mirror;
 pub mod names;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
-use pinboard::config::{Config, LogFormat};
+use pinboard::config::Config;
 use pinboard::http::tls::{TlsFailure, tls_failure};
 use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, Passport, TokenRequest};
@@ -223,8 +223,9 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
         .collect();
     let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
-    // Logging starts once its format is known; a refused configuration is one plain line.
-    init_logging(config.log_format);
+    // Logging starts once its format and the node's name are known; a refused configuration
+    // is one plain line.
+    pinboard::logs::init(config.log_format, &config.node_id);
     if let Some(warning) = ignored {
         tracing::warn!("{warning}");
     }
@@ -275,19 +276,4 @@ fn check_redis_login(shared: &Shared) -> Result<(), String> {
 fn config_error(message: &str) -> ExitCode {
     eprintln!("{message}");
     ExitCode::from(EXIT_CONFIG)
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PINBOARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().with_current_span(false).init(),
-        // Colour only on a terminal: a log file or a collector gets plain text.
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-    }
 }

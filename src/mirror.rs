@@ -73,6 +73,8 @@ impl FleetView {
     pub async fn read(store: &Store, hostname_aware: bool) -> Result<FleetView, Error> {
         let now = now_ms();
         let sessions = store.sessions().await?;
+        // Draining: the worker's own flag or an operator drain of its client (spec).
+        let drains = store.drains(&sessions).await?;
         let mut view = FleetView {
             sweeper: store.sweeper_holder().await?,
             ..FleetView::default()
@@ -93,7 +95,7 @@ impl FleetView {
                 };
                 let counts = view.workers.entry((ns.clone(), hostname, env)).or_default();
                 counts.live += 1;
-                counts.draining += u64::from(s.draining);
+                counts.draining += u64::from(s.draining || drains.contains_key(&s.client_id));
                 counts.degraded += u64::from(s.degraded_since.is_some());
             }
         }
@@ -115,36 +117,50 @@ impl FleetView {
     }
 }
 
-/// Prunes and reads the view every third of a lease until the core shuts down. Run by one core
-/// per node.
+/// Prunes and reads the view every third of a lease until the core shuts down, while the node
+/// is the serving fleet: a node that is not may disagree with the fleet on what a bucket is
+/// (and, at start, its Redis connection is still being made: a poll then could only fail).
+/// Run by one core per node.
 pub async fn keep_polling(core: Rc<Core>, shutdown: Shutdown) {
     let config = &core.shared.config;
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
     let mut failing = false;
     while !shutdown.is_fired() {
-        let polled = async {
-            let pruned = core.store.prune().await?;
-            let view = FleetView::read(&core.store, config.hostname_aware).await?;
-            Ok::<_, Error>((pruned, view))
+        // Not serving: looked at again soon, to poll soon after the first claim.
+        let wait = if core.shared.is_serving() {
+            failing = poll(&core, failing).await;
+            every
+        } else {
+            every.min(Duration::from_millis(100))
         };
-        match polled.await {
-            Ok((pruned, view)) => {
-                if pruned > 0 {
-                    info!(records = pruned, "mirror poll pruned dead worker records");
-                }
-                core.shared.mirror.set(view);
-                failing = false;
-            }
-            Err(e) => {
-                if !failing {
-                    warn!(error = %e, "mirror poll failed; retrying every third of a lease");
-                }
-                failing = true;
-            }
-        }
         monoio::select! {
-            _ = monoio::time::sleep(every) => {}
+            _ = monoio::time::sleep(wait) => {}
             _ = shutdown.fired() => {}
+        }
+    }
+}
+
+/// One poll: prune, then read the view. Whether it failed; a failure is said once until a
+/// poll succeeds again (`failing`: the last one failed).
+async fn poll(core: &Core, failing: bool) -> bool {
+    let polled = async {
+        let pruned = core.store.prune().await?;
+        let view = FleetView::read(&core.store, core.shared.config.hostname_aware).await?;
+        Ok::<_, Error>((pruned, view))
+    };
+    match polled.await {
+        Ok((pruned, view)) => {
+            if pruned > 0 {
+                info!(records = pruned, "mirror poll pruned dead worker records");
+            }
+            core.shared.mirror.set(view);
+            false
+        }
+        Err(e) => {
+            if !failing {
+                warn!(error = %e, "mirror poll failed; retrying every third of a lease");
+            }
+            true
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::access_log::{AccessLog, AccessLogSetup};
 use crate::config::{AccessLogFormat, Config};
+use crate::fleet::{Standing, StandingFlag};
 use crate::http::Limits;
 use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
 use crate::metrics::{CoreCounters, SweepCounters};
@@ -27,9 +28,9 @@ pub struct Shared {
     pub counters: Vec<CoreCounters>,
     /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
     pub stopping: AtomicBool,
-    /// Whether this node is the serving fleet (see [`crate::fleet`]); false until the first
-    /// claim of the fleet license succeeds.
-    pub serving: AtomicBool,
+    /// Whether this node is the serving fleet, and if not why (see [`crate::fleet`]); not
+    /// serving until the first claim of the fleet license succeeds.
+    pub standing: StandingFlag,
     pub started: Instant,
     /// Forwards in flight and idle pooled connections per worker, across the cores.
     pub workers: Arc<WorkerGauges>,
@@ -40,6 +41,8 @@ pub struct Shared {
     pub sweeps: SweepCounters,
     /// The registry as the mirror poll last read it, for `/metrics`.
     pub mirror: crate::mirror::Mirror,
+    /// The heartbeat refusals already logged ([`crate::registry::HeartbeatRefusal`]).
+    pub heartbeat_refusals: crate::registry::SaidOnce,
     pub tls: NodeTls,
     /// The access log's format and target, when it is on.
     pub access_log: Option<Arc<AccessLogSetup>>,
@@ -103,13 +106,14 @@ impl Shared {
             config,
             passport,
             stopping: AtomicBool::new(false),
-            serving: AtomicBool::new(false),
+            standing: StandingFlag::default(),
             started: Instant::now(),
             workers: Arc::default(),
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
             access_log: None,
+            heartbeat_refusals: crate::registry::SaidOnce::default(),
         }
     }
 
@@ -160,8 +164,12 @@ impl Shared {
         self.stopping.load(Ordering::Relaxed)
     }
 
+    pub fn standing(&self) -> Standing {
+        self.standing.get()
+    }
+
     pub fn is_serving(&self) -> bool {
-        self.serving.load(Ordering::Relaxed)
+        self.standing() == Standing::Serving
     }
 }
 

@@ -14,7 +14,7 @@ use http::{HeaderName, HeaderValue, Method};
 use tracing::debug;
 
 use crate::access_log::Record;
-use crate::answers::{self, Fail, Handled};
+use crate::answers::{self, Act, Fail, Handled};
 use crate::correlation::{Correlation, REQUEST_ID};
 use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response, remove_dot_segments};
@@ -72,7 +72,7 @@ struct Route {
     /// The credential scope required, checked first.
     scope: Option<&'static str>,
     method: Takes,
-    /// Refused with 503 `not the serving fleet` while this node is not.
+    /// Refused while this node is not the serving fleet ([`crate::fleet::Standing::check`]).
     serving_only: bool,
     name: Name,
 }
@@ -319,9 +319,7 @@ async fn dispatch(
             // probing them tells an unauthenticated caller nothing about which routes exist.
             None => {
                 authorize(core, req, WORKER_SCOPE)?;
-                if !core.shared.is_serving() {
-                    return Ok(answers::not_serving());
-                }
+                core.shared.standing().check()?;
                 Ok(answers::not_found())
             }
         };
@@ -345,11 +343,28 @@ async fn dispatch(
 /// A route's checks in order (credential, serving fleet, method), then its handler.
 async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
     let credential = match route.scope {
-        Some(scope) => Some(authorize(core, req, scope)?),
+        Some(scope) => match credential_for(core, req, scope) {
+            Ok(credential) => Some(credential),
+            Err(refused) => {
+                if route.name == Name::Heartbeat {
+                    // The body is not read before the credential passes: the refusal is said
+                    // once per credential (its bytes), not per session.
+                    let token = req.header(http::header::AUTHORIZATION);
+                    let refusal = registry::HeartbeatRefusal {
+                        status: refused.answer.status,
+                        why: &refused.why,
+                        sub: refused.sub.as_deref(),
+                        session: None,
+                    };
+                    refusal.say_once(core, token.map_or(&b""[..], |t| t.as_bytes()));
+                }
+                return Err(refused.answer.into());
+            }
+        },
         None => None,
     };
-    if route.serving_only && !core.shared.is_serving() {
-        return Ok(answers::not_serving());
+    if route.serving_only {
+        core.shared.standing().check()?;
     }
     if !method_matches(route, req.method()) {
         return Ok(answers::method_not_allowed(match route.method {
@@ -363,39 +378,79 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
             _ => Ok(operator::readyz(core).await),
         };
     };
-    match route.name {
+    // Registrations, schedules and operator acts: a refusal is one log line (`Act`).
+    let mut act = Act::default();
+    let act_name = match route.name {
+        Name::Register => "registration",
+        Name::Schedule => "schedule",
+        Name::Drain => "operator drain",
+        Name::Undrain => "operator undrain",
+        Name::WindDown => "operator wind_down",
+        _ => "",
+    };
+    let answered = match route.name {
         Name::Metrics => Ok(operator::metrics(core, req, credential).await),
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
         Name::Overview => operator::overview(core, req, credential).await,
         Name::Stats => operator::stats(core, credential).await,
-        Name::Register => registry::register(core, req, credential).await,
+        Name::Register => registry::register(core, req, credential, &mut act).await,
         Name::Heartbeat => registry::heartbeat(core, req, credential).await,
         Name::Release => registry::release(core, req, credential).await,
         Name::Tag => registry::tag(core, req, credential).await,
         Name::Schedule => registry::schedule(core, req, credential).await,
         Name::Deregister => registry::deregister(core, req, credential).await,
-        Name::Drain => operator::drain(core, req, credential).await,
-        Name::Undrain => operator::undrain(core, req, credential).await,
-        Name::WindDown => operator::wind_down(core, req, credential).await,
+        Name::Drain => operator::drain(core, req, credential, &mut act).await,
+        Name::Undrain => operator::undrain(core, req, credential, &mut act).await,
+        Name::WindDown => operator::wind_down(core, req, credential, &mut act).await,
         Name::Healthz | Name::Readyz => unreachable!("open routes are answered above"),
+    };
+    if !act_name.is_empty() {
+        answers::log_refusal(act_name, credential, &act, &answered);
     }
+    answered
 }
 
 /// The credential of a request to a route that requires `scope`, or the answer refusing it:
 /// 401 without a valid credential; 403 when it lacks `scope`, an account (`sub`) or a
 /// well-formed `pinboard` claim.
 pub fn authorize(core: &Core, req: &Request<'_>, scope: &str) -> Handled<Credential> {
+    credential_for(core, req, scope).map_err(|refused| refused.answer.into())
+}
+
+/// A credential refused on a route: the answer, why (for the log) and its `sub` when it
+/// verified.
+struct Refused {
+    answer: Response,
+    why: String,
+    sub: Option<String>,
+}
+
+/// [`authorize`], with why a refused credential is refused.
+fn credential_for(core: &Core, req: &Request<'_>, scope: &str) -> Result<Credential, Refused> {
     let credential = core
         .shared
         .passport
         .verify_headers(&req.head.headers)
-        .map_err(|_| answers::unauthorized())?;
-    if !credential.has_scope(scope) || credential.sub.is_none() {
-        return Err(answers::forbidden().into());
-    }
-    credential.route_claim().map_err(|_| answers::forbidden())?;
-    Ok(credential)
+        .map_err(|e| Refused {
+            answer: answers::unauthorized(),
+            why: e.to_string(),
+            sub: None,
+        })?;
+    let why = if !credential.has_scope(scope) {
+        format!("the credential lacks the scope {scope}")
+    } else if credential.sub.is_none() {
+        "the credential names no account (sub)".to_owned()
+    } else if let Err(malformed) = credential.route_claim() {
+        malformed.to_string()
+    } else {
+        return Ok(credential);
+    };
+    Err(Refused {
+        answer: answers::forbidden(),
+        why,
+        sub: credential.sub,
+    })
 }
 
 /// The path below `base` (`""` serves everything), or `None` outside it: `/apix` is not

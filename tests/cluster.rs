@@ -468,7 +468,8 @@ fn a_killed_master_fails_only_its_slots() {
 /// The registry slot's master killed: registration and heartbeats fail (503 registry
 /// unavailable) and the fleet license cannot be renewed, but the license the node holds lives
 /// a lease, so until it lapses the ids of the other masters keep being served; after it, the
-/// node stops serving (503 not the serving fleet) like any node without the license.
+/// node stops serving like any node without the license, and says why: 503 registry
+/// unavailable (contract §8), not `not the serving fleet`.
 #[test]
 fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
     use std::time::{Duration, Instant};
@@ -530,7 +531,7 @@ fn a_killed_registry_master_keeps_the_other_slots_serving_for_a_lease() {
     assert!(
         support::node::eventually(Duration::from_secs(10), || {
             let r = get(node.addr, &format!("/threads/{}", live[0]), None);
-            r.status == 503 && r.text() == r#"{"error":"not the serving fleet"}"#
+            r.status == 503 && r.text() == r#"{"error":"registry unavailable, retry"}"#
         }),
         "{}",
         node.log()

@@ -580,8 +580,9 @@ fn cli_version_short_config_help_and_token_rules() {
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
 }
 
-/// Quiet on a healthy start, one warning (then a count) while Redis is away, no colour codes
-/// in a log file, and JSON lines on request.
+/// Quiet on a healthy start (no warning at all), one warning (then a count) while Redis is
+/// away, no colour codes in a log file, the node named on every line (startup, core threads,
+/// the signal thread), and JSON lines on request.
 #[test]
 fn logs_are_quiet_plain_and_optionally_json() {
     let mut redis = RedisServer::start();
@@ -592,11 +593,29 @@ fn logs_are_quiet_plain_and_optionally_json() {
             ("NO_COLOR", ""),
             ("PINBOARD_LOG", "info"),
             ("PINBOARD_LEASE_TTL_MS", "3000"),
+            ("PINBOARD_NODE_ID", "edge-test-1"),
         ],
     );
+    // Past the first mirror poll and sweeper claim.
+    node.logs("sweeping: holding the sweeper lease");
+    std::thread::sleep(Duration::from_millis(1500));
+    node.signal("HUP");
+    node.logs("SIGHUP: no tls.cert_file");
     let log = node.log();
     assert!(!log.contains('\u{1b}'), "no ANSI codes in a file:\n{log}");
-    assert!(!log.contains("fleet license claim failed"), "{log}");
+    assert!(!log.contains("WARN"), "no warning on a clean start:\n{log}");
+    for what in [
+        "pinboard listening",
+        "event loop started",
+        "serving",
+        "SIGHUP",
+    ] {
+        assert!(log.contains(what), "{what}:\n{log}");
+    }
+    assert!(
+        log.lines().all(|l| l.ends_with(" node_id=edge-test-1")),
+        "{log}"
+    );
 
     redis.stop();
     std::thread::sleep(Duration::from_millis(2500));
@@ -630,6 +649,7 @@ fn logs_are_quiet_plain_and_optionally_json() {
     let out = json.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.lines().count() >= 2, "{text}");
+    let mut names = std::collections::BTreeSet::new();
     for line in text.lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -637,7 +657,14 @@ fn logs_are_quiet_plain_and_optionally_json() {
             v["timestamp"].is_string() && v["level"].is_string(),
             "{line}"
         );
+        names.insert(
+            v["node_id"]
+                .as_str()
+                .expect("node_id on every line")
+                .to_owned(),
+        );
     }
+    assert_eq!(names.len(), 1, "one node, one name: {text}");
     assert!(
         text.contains("\"message\":\"pinboard listening\""),
         "{text}"

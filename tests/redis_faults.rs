@@ -141,3 +141,85 @@ fn redis_paused_past_the_timeout_answers_503_then_serves() {
         == 200));
     assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 200);
 }
+
+/// Contract §8 past one lease: with Redis away longer than the fleet license lives, the node
+/// has lost its license and must not place or forward, but it says why as the contract does:
+/// 503 `registry unavailable, retry` + `Retry-After: 1` on the data plane and the registry,
+/// counted `unavailable` (not `not-serving`); `/readyz` 503; the log says Redis is the trouble.
+/// Once Redis answers again the node claims the license back and serves.
+#[test]
+fn redis_away_past_a_lease_says_registry_unavailable_until_it_is_back() {
+    let redis = RedisServer::start();
+    let f = Fixture::on(
+        redis,
+        &[
+            ("PINBOARD_LEASE_TTL_MS", "1500"),
+            ("PINBOARD_REDIS_TIMEOUT_MS", "300"),
+        ],
+    );
+    f.warm();
+    let worker = TestWorker::start("w");
+    let session = f.registered(&worker, "w1");
+    assert_eq!(get(f.node.addr, "/threads/p", None).status, 200);
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+
+    f.redis.pause();
+    // Well past the lease the license was last claimed for.
+    std::thread::sleep(Duration::from_millis(3000));
+    f.node
+        .logs("Redis timed out, and the fleet license has lapsed");
+    let unavailable = (503, r#"{"error":"registry unavailable, retry"}"#, Some("1"));
+    for i in 0..6 {
+        let r = get(f.node.addr, &format!("/threads/p{i}"), None);
+        assert_eq!(
+            (r.status, r.text().as_str(), r.header("retry-after")),
+            unavailable,
+            "{}",
+            f.node.log()
+        );
+        let beat = f.heartbeat(&worker, &session, json!({}));
+        assert_eq!(
+            (
+                beat.status,
+                beat.text().as_str(),
+                beat.header("retry-after")
+            ),
+            unavailable
+        );
+        let r = get(f.node.addr, "/registry/workers", Some(&ops));
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (unavailable.0, unavailable.1)
+        );
+        assert_eq!(get(f.node.addr, "/readyz", None).status, 503);
+    }
+    let health = get(f.node.addr, "/registry/health", Some(&ops));
+    assert_eq!(health.status, 200);
+    let resolutions = &health.json()["resolutions"];
+    assert!(
+        resolutions["unavailable"].as_u64().unwrap() >= 18,
+        "{resolutions}"
+    );
+    assert_eq!(resolutions["not-serving"], 0, "{resolutions}");
+    let log = f.node.log();
+    assert!(!log.contains("peer disagrees"), "{log}");
+
+    f.redis.resume();
+    // The worker's lease ran out meanwhile: it registers again, and is served.
+    assert!(
+        eventually(Duration::from_secs(10), || get(
+            f.node.addr,
+            "/readyz",
+            None
+        )
+        .status
+            == 200),
+        "{}",
+        f.node.log()
+    );
+    f.node.logs("serving: holding the fleet license");
+    assert!(eventually(Duration::from_secs(10), || {
+        f.register(&worker, "w1", json!({})).status == 200
+            && get(f.node.addr, "/threads/p", None).status == 200
+    }));
+}

@@ -237,7 +237,18 @@ fn registration_probe_failures() {
         error_of(&f.post("register", &f.token, &body)),
         (400, "registration probe failed".into())
     );
-    assert!(f.node.log().contains("registration probe failed"));
+    // One line a refusal, at warn, with the probe's detail.
+    let log = f.node.log();
+    let refusals = f.node.log_lines("registration refused");
+    assert_eq!(refusals.len(), 6, "{log}");
+    assert!(
+        refusals.iter().all(|l| l.contains("WARN")
+            && l.contains("sub=acct-a")
+            && l.contains("error=registration probe failed")
+            && l.contains("detail=probe of ")),
+        "{log}"
+    );
+    assert!(refusals[5].contains("404"), "{}", refusals[5]);
     assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "0");
 }
 
@@ -347,6 +358,62 @@ fn heartbeat_refusals() {
     );
     worker.set_mode(Mode::Honest);
     assert_eq!(f.heartbeat(&worker, &session, json!({})).status, 409);
+}
+
+/// A worker whose heartbeats are refused 401 or 403 keeps sending them: the node says so once
+/// per credential (401, and the 403s of the credential itself: its body is not read before it
+/// passes) or per session (the 403s of a credential that may not keep the session), at warn,
+/// with the reason.
+#[test]
+fn a_refused_heartbeat_is_logged_once_with_its_reason() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("s");
+    let session = f.registered(&worker, "c");
+    let heartbeat = |token: &str| {
+        let (challenge, value) = worker.challenge();
+        let body = json!({"sessionId": session, "headroom": 1, "draining": false,
+                          "challenge": challenge, "challengeValue": value});
+        f.post("heartbeat", token, &body).status
+    };
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("JWT".into());
+    let key = jsonwebtoken::EncodingKey::from_secret(support::node::SECRET.as_bytes()).unwrap();
+    let expired = jsonwebtoken::encode(
+        &header,
+        &json!({"sub": "acct-a", "scope": "pinboard:worker", "exp": 1_000_000_000,
+                "pinboard": {"namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1"]}}),
+        &key,
+    )
+    .unwrap();
+    let operator = token("acct-a", &["pinboard:operator"], &["*"]);
+    let other_account = f.node.worker_token("acct-b");
+    for _ in 0..3 {
+        assert_eq!(heartbeat(&expired), 401);
+        assert_eq!(heartbeat(&operator), 403);
+        assert_eq!(heartbeat(&other_account), 403);
+    }
+    assert_eq!(heartbeat(&f.token), 200);
+    let log = f.node.log();
+    let said = f.node.log_lines("heartbeat refused");
+    assert_eq!(said.len(), 3, "{log}");
+    assert!(said.iter().all(|l| l.contains("WARN")), "{log}");
+    let line = |what: &str| {
+        said.iter()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}: {log}"))
+    };
+    assert!(line("expired").contains("status=401"), "{log}");
+    assert!(
+        line("lacks the scope pinboard:worker").contains("sub=acct-a"),
+        "{log}"
+    );
+    let other = line("another account");
+    assert!(
+        other.contains("status=403")
+            && other.contains("sub=acct-b")
+            && other.contains(&format!("session={session}")),
+        "{other}"
+    );
 }
 
 #[test]
@@ -1142,6 +1209,136 @@ fn operator_drain_and_undrain() {
     assert_eq!(r.status, 400);
 }
 
+/// The (first) log line of `message`, once the log has it.
+fn log_line(f: &Fixture, message: &str) -> String {
+    f.node.logs(message);
+    f.node.log_lines(message).swap_remove(0)
+}
+
+/// Spec: draining is "the worker's own flag OR an operator drain". The views and the draining
+/// gauge show an operator drain at once, before the worker's next heartbeat, and a timed one
+/// with its deadline. Each operator act is one `info` line, each refusal one `warn` line, both
+/// naming the credential's subject.
+#[test]
+fn an_operator_drain_shows_in_the_views_and_the_gauge_and_the_log() {
+    let f = Fixture::new(&[("PINBOARD_LEASE_TTL_MS", "3000")]);
+    let worker = TestWorker::start("cordoned");
+    let session = f.registered(&worker, "w2");
+    let ops = token("ops-alice", &["pinboard:operator"], &["*"]);
+    let listed = |view: &str| {
+        let r = support::http::get(f.node.addr, view, Some(&ops)).json();
+        r["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["sessionId"] == session.as_str())
+            .unwrap()
+            .clone()
+    };
+    let gauge = "pinboard_fleet_workers{namespace=\"/threads\",state=\"draining\"}";
+    let draining_gauge = || {
+        let r = support::http::get(f.node.addr, "/metrics", Some(&ops));
+        r.text()
+            .lines()
+            .find_map(|l| l.strip_prefix(gauge)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(listed("/registry/workers")["draining"], false);
+
+    let r = f.post("drain", &ops, &json!({"clientId": "w2", "deadline": null}));
+    assert_eq!(r.status, 200);
+    for view in ["/registry/workers", "/registry/overview"] {
+        let entry = listed(view);
+        assert_eq!(entry["draining"], true, "{view}: {entry}");
+        assert!(
+            entry.get("drain").is_none(),
+            "a cordon has no deadline: {entry}"
+        );
+    }
+    assert!(
+        support::node::eventually(Duration::from_secs(8), || draining_gauge() == 1),
+        "{}",
+        f.node.log()
+    );
+    let line = log_line(&f, "operator drain");
+    assert!(
+        line.contains("INFO")
+            && line.contains("sub=ops-alice")
+            && line.contains("clientId=w2")
+            && line.contains("deadline=null"),
+        "{line}"
+    );
+
+    // Timed: the deadline shows, in epoch ms like the stored drain's.
+    f.post("drain", &ops, &json!({"clientId": "w2", "deadline": 60}));
+    let stored: Value = serde_json::from_str(&f.cli(&["GET", &f.keys.drain("w2")])).unwrap();
+    let entry = listed("/registry/workers");
+    assert_eq!(entry["draining"], true);
+    assert_eq!(entry["drain"], json!({"deadline": stored["deadline"]}));
+    assert!(f.node.log().contains("deadline=60"), "{}", f.node.log());
+
+    let r = f.post("undrain", &ops, &json!({"clientId": "w2"}));
+    assert_eq!(r.json(), json!({"revoked": true}));
+    assert_eq!(listed("/registry/workers")["draining"], false);
+    assert!(support::node::eventually(
+        Duration::from_secs(8),
+        || draining_gauge() == 0
+    ));
+    let line = log_line(&f, "operator undrain");
+    assert!(
+        line.contains("sub=ops-alice") && line.contains("revoked=true"),
+        "{line}"
+    );
+
+    // A wind-down is one line; so is each refusal, at warn.
+    let r = f.post(
+        "wind_down",
+        &ops,
+        &json!({"namespace": "/threads", "id": "t9", "deadline": 5}),
+    );
+    assert_eq!(r.json(), json!({"queued": false}));
+    let line = log_line(&f, "operator wind_down");
+    assert!(
+        line.contains("INFO") && line.contains("sub=ops-alice") && line.contains("id=t9"),
+        "{line}"
+    );
+    let r = f.post(
+        "drain",
+        &ops,
+        &json!({"clientId": "nobody", "deadline": null}),
+    );
+    assert_eq!(r.status, 403);
+    let line = log_line(&f, "operator drain refused");
+    assert!(
+        line.contains("WARN")
+            && line.contains("sub=ops-alice")
+            && line.contains("about=nobody")
+            && line.contains("status=403")
+            && line.contains("error=forbidden"),
+        "{line}"
+    );
+    let r = f.register(&worker, "w3", json!({"namespaces": ["threads"]}));
+    assert_eq!(r.status, 400);
+    let line = log_line(&f, "registration refused");
+    assert!(
+        line.contains("WARN") && line.contains("sub=acct-a") && line.contains("about=w3"),
+        "{line}"
+    );
+    let r = f.post("schedule", &f.token, &json!([]));
+    assert_eq!(r.status, 400);
+    let line = log_line(&f, "schedule refused");
+    assert!(
+        line.contains("WARN") && line.contains("sub=acct-a"),
+        "{line}"
+    );
+    assert_eq!(
+        f.node.log().matches("refused").count(),
+        3,
+        "one line a refusal: {}",
+        f.node.log()
+    );
+}
+
 #[test]
 fn operator_wind_down() {
     let f = Fixture::new(&[]);
@@ -1606,6 +1803,80 @@ fn stats_keep_eight_calls_in_flight_as_a_sliding_window() {
         last - first < std::time::Duration::from_secs(3),
         "the ninth call started {:?} after the first: it waited for a batch",
         last - first
+    );
+}
+
+/// A worker's `/_pinned/stats` as `pinned` answers it, holding `per_ns` ids (36 characters,
+/// like a UUID) in each of `/threads` and `/docs`.
+fn pinned_stats(session: &str, per_ns: usize) -> Vec<u8> {
+    let ids = |ns: &str| -> Vec<String> {
+        (0..per_ns)
+            .map(|i| format!("{ns:.2}-{i:033}").replace('/', "x"))
+            .collect()
+    };
+    serde_json::to_vec(&json!({
+        "sessionId": session, "clientId": "c", "advertiseUrl": "http://127.0.0.1:1",
+        "namespaces": ["/threads", "/docs"],
+        "instances": {"/threads": ids("/threads"), "/docs": ids("/docs")},
+        "instanceCount": 2 * per_ns, "headroom": 10, "draining": false, "degraded": false,
+        "leaseHealthy": true, "threads": 2, "uptimeMs": 1,
+    }))
+    .unwrap()
+}
+
+/// Two workers holding 40,000 instances each answer some 1.6 MB of stats apiece: both are
+/// relayed whole (a 1 MiB cap once made them `unreachable`), cut to the credential's
+/// namespaces. An answer over the 64 MiB cap is `unreachable`, and the log says why.
+#[test]
+fn stats_relay_large_answers_up_to_the_cap() {
+    let f = Fixture::new(&[]);
+    let workers: Vec<TestWorker> = (0..3)
+        .map(|i| TestWorker::start(&format!("big-{i}")))
+        .collect();
+    let sessions: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| f.registered(w, &format!("big-{i}")))
+        .collect();
+    for (w, session) in workers.iter().zip(&sessions).take(2) {
+        let body = pinned_stats(session, 20_000);
+        assert!(body.len() > 1024 * 1024, "{}", body.len());
+        w.set_stats(body);
+    }
+    workers[2].set_stats(vec![b' '; 64 * 1024 * 1024 + 1]);
+
+    let narrow = token("ops", &["pinboard:operator"], &["/threads"]);
+    let r = support::http::get(f.node.addr, "/registry/stats", Some(&narrow));
+    assert_eq!(r.status, 200, "{}", f.node.log());
+    let stats = r.json();
+    for session in &sessions[..2] {
+        let entry = stats["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["sessionId"] == *session)
+            .unwrap();
+        assert!(entry.get("error").is_none(), "{}", f.node.log());
+        let relayed = &entry["stats"];
+        assert_eq!(relayed["instanceCount"], 40_000);
+        assert_eq!(relayed["namespaces"], json!(["/threads"]));
+        let instances = relayed["instances"].as_object().unwrap();
+        assert_eq!(instances.keys().collect::<Vec<_>>(), ["/threads"]);
+        assert_eq!(instances["/threads"].as_array().unwrap().len(), 20_000);
+    }
+    let over = stats["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["sessionId"] == sessions[2])
+        .unwrap();
+    assert_eq!(over["error"], "unreachable");
+    let line = log_line(&f, "worker stats unreachable");
+    assert!(
+        line.contains("WARN")
+            && line.contains(&sessions[2])
+            && line.contains("response body too large"),
+        "{line}"
     );
 }
 

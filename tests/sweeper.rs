@@ -527,3 +527,33 @@ fn a_namespace_whose_last_worker_is_pruned_is_still_swept_then_forgotten() {
     f.registered(&again, "w-again");
     assert_eq!(count("/threads"), "1");
 }
+
+/// Without a `node_id`, a node is named after its host and listen address: a restart in place
+/// keeps the name, so the sweeper gauge `pinboard_sweeper{node}` keeps its series (a random
+/// name made a new one at every start).
+#[test]
+fn a_node_restarted_in_place_keeps_its_name_and_its_sweeper_series() {
+    let redis = RedisServer::start();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let series = format!("pinboard_sweeper{{node=\"{}@{listen}\"}}", host.trim());
+    let lease = LEASE_MS.to_string();
+    let env = [
+        ("PINBOARD_LISTEN", listen.as_str()),
+        ("PINBOARD_LEASE_TTL_MS", lease.as_str()),
+    ];
+    for start in ["first", "after a restart"] {
+        let mut node = Node::start(&redis.url(), &env);
+        assert!(
+            eventually(Duration::from_secs(10), || metric(&node, &series) == 1),
+            "{start}: {series} not in /metrics:\n{}",
+            node.log()
+        );
+        assert!(node.stop().success());
+    }
+}

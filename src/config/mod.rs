@@ -274,8 +274,9 @@ impl ConfigError {
 }
 
 impl Default for Config {
-    /// The documented defaults, with a fresh random `node_id`. No Passport key is configured, so
-    /// this alone does not pass [`Config::load`].
+    /// The documented defaults, `node_id` derived from this host and the default `listen`
+    /// ([`default_node_id`]). No Passport key is configured, so this alone does not pass
+    /// [`Config::load`].
     fn default() -> Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -304,7 +305,7 @@ impl Default for Config {
             metrics: true,
             metrics_listen: None,
             fleet_epoch: 0,
-            node_id: format!("node-{:012x}", rand::random::<u64>() >> 16),
+            node_id: default_node_id(SocketAddr::from(([127, 0, 0, 1], 8080))),
             passport: PassportConfig::default(),
             namespaces: BTreeMap::new(),
             max_connections: 16_384,
@@ -320,6 +321,23 @@ impl Default for Config {
             },
             tls: ListenerTls::default(),
         }
+    }
+}
+
+/// The `node_id` of a node that sets none: `{hostname}@{listen}` (`edge-7@0.0.0.0:8080`), the
+/// same across restarts (a restart is no new node: its sweeper gauge keeps its series, its
+/// membership entry is the one it had) and unique per node on a host, as one listen address
+/// has one live node. The hostname is the kernel's; without one, or with a listen port of 0
+/// (the kernel picks it when binding, after this is decided), `node-` and 12 random hex digits.
+pub fn default_node_id(listen: SocketAddr) -> String {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace));
+    match hostname {
+        Some(host) if listen.port() != 0 => format!("{host}@{listen}"),
+        _ => format!("node-{:012x}", rand::random::<u64>() >> 16),
     }
 }
 
@@ -349,6 +367,9 @@ impl Config {
         };
         let mut config = Config::default();
         keys::apply(&mut config, &table).map_err(|e| origins.annotate(e))?;
+        if !table.contains_key("node_id") {
+            config.node_id = default_node_id(config.listen);
+        }
         config.require_passport_key()?;
         config
             .check_metrics_listen()
@@ -694,11 +715,24 @@ write_timeout_ms = 3000
         };
         assert_eq!(config, expected);
         assert_eq!(config.redis_url.masked(), "redis://127.0.0.1:6379/0");
-        let hex = config.node_id.strip_prefix("node-").unwrap();
-        assert_eq!(hex.len(), 12);
-        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert_eq!(config.node_id, format!("{}@127.0.0.1:8080", host.trim()));
         let other = Config::load(None, env(&[SECRET])).unwrap();
-        assert_ne!(config.node_id, other.node_id, "node_id is random per start");
+        assert_eq!(
+            config.node_id, other.node_id,
+            "node_id is the same at every start"
+        );
+        let moved = Config::load(None, env(&[SECRET, ("PINBOARD_LISTEN", "0.0.0.0:9001")]));
+        assert_eq!(
+            moved.unwrap().node_id,
+            format!("{}@0.0.0.0:9001", host.trim()),
+            "and follows the listen address"
+        );
+        let picked = Config::load(None, env(&[SECRET, ("PINBOARD_LISTEN", "127.0.0.1:0")]));
+        let picked = picked.unwrap().node_id;
+        let hex = picked.strip_prefix("node-").unwrap();
+        assert_eq!(hex.len(), 12, "a port the kernel picks: random");
+        assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 
 use http::StatusCode;
 use serde::Deserialize;
+use tracing::info;
 
-use crate::answers::{self, BODY_LIMIT, Handled};
+use crate::answers::{self, Act, BODY_LIMIT, Handled};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::node::Core;
@@ -29,8 +30,15 @@ struct UndrainBody {
     client_id: String,
 }
 
-pub async fn drain(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+/// `act` names the client for the log line of a refusal; a drain done is one line at `info`.
+pub async fn drain(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+    act: &mut Act,
+) -> Handled {
     let body: DrainBody = read_json(req, BODY_LIMIT, DRAIN_SHAPE).await?;
+    act.about = Some(body.client_id.clone());
     if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
         return Ok(answers::bad_request(&format!("expected {DRAIN_SHAPE}")));
     }
@@ -39,15 +47,34 @@ pub async fn drain(core: &Core, req: &mut Request<'_>, credential: &Credential) 
     }
     let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
     run(core, &body.client_id, "set", &deadline).await?;
+    info!(
+        sub = %credential.sub.as_deref().unwrap_or_default(),
+        clientId = %body.client_id,
+        deadline = %if deadline.is_empty() { "null" } else { &deadline },
+        "operator drain"
+    );
     Ok(Response::json(StatusCode::OK, &br#"{"drained":true}"#[..]))
 }
 
-pub async fn undrain(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+/// As [`drain`]: a refusal names the client; an undrain done is one line at `info`.
+pub async fn undrain(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+    act: &mut Act,
+) -> Handled {
     let body: UndrainBody = read_json(req, BODY_LIMIT, "{clientId}").await?;
+    act.about = Some(body.client_id.clone());
     if !in_scope(core, credential, &body.client_id).await? {
         return Ok(answers::forbidden());
     }
     let revoked = run(core, &body.client_id, "clear", "").await? == 1;
+    info!(
+        sub = %credential.sub.as_deref().unwrap_or_default(),
+        clientId = %body.client_id,
+        revoked,
+        "operator undrain"
+    );
     Ok(Response::json_value(
         StatusCode::OK,
         &serde_json::json!({ "revoked": revoked }),

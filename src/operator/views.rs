@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures_util::StreamExt;
 use http::{Method, StatusCode};
 use serde_json::{Map, Value, json};
+use tracing::warn;
 
 use pinboard_protocol::header;
 
@@ -28,13 +29,17 @@ use crate::http::tls::ClientTls;
 use crate::http::{Request, Response, WorkerAddr, fetch};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::store::{Session, Takeover};
+use crate::store::{Drain, Session, Takeover};
 
 use super::listing::{Body, Keep, Listing, Owners};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
-const STATS_MAX_BODY: usize = 1024 * 1024;
+/// The largest `/_pinned/stats` answer read (`docs/api.md`): what a worker holding a million
+/// instances answers. `pinned` lists every held id (`"id",`: the id's length plus 3 bytes) and
+/// some 300 bytes besides, so 64 MiB holds a million ids of up to 64 characters (a UUID is 36).
+/// A larger answer is `unreachable`, and the log says why.
+const STATS_MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// Every live session the registry has.
 async fn live_sessions(core: &Core) -> Result<Vec<Session>, Error> {
@@ -111,7 +116,10 @@ async fn current_headroom(core: &Core, sessions: &mut [Session]) -> Result<(), E
 /// A worker as the read views list it: the record without secret and account; in
 /// hostname-aware mode `envs` names every namespace's env (`envs[ns]`, else `env`, which
 /// defaults to the hostname), and `takeover` is the effective one (`wind_down` unless given).
-fn worker_entry(s: &Session) -> Value {
+/// `draining` is the worker's own flag or an operator drain of its client (`drains`), and a
+/// timed drain shows as `drain: {deadline}` (epoch ms, like `expiry`).
+fn worker_entry(s: &Session, drains: &BTreeMap<String, Drain>) -> Value {
+    let drain = drains.get(&s.client_id);
     let envs: BTreeMap<&str, &str> = match s.hostname {
         Some(_) => s
             .namespaces
@@ -129,13 +137,22 @@ fn worker_entry(s: &Session) -> Value {
         "envs": envs,
         "takeover": s.takeover.unwrap_or(Takeover::WindDown).as_str(),
         "headroom": s.headroom,
-        "draining": s.draining,
+        "draining": s.draining || drain.is_some(),
         "expiry": s.expiry,
     });
     if let Some(since) = s.degraded_since {
         entry["degradedSince"] = since.into();
     }
+    if let Some(deadline) = drain.and_then(|d| d.deadline) {
+        entry["drain"] = json!({ "deadline": deadline });
+    }
     entry
+}
+
+/// The read views' `workers` list.
+async fn worker_entries(core: &Core, shown: &[Session]) -> Result<Vec<Value>, Error> {
+    let drains = core.store.drains(shown).await?;
+    Ok(shown.iter().map(|s| worker_entry(s, &drains)).collect())
 }
 
 pub async fn workers(core: &Core, credential: &Credential) -> Handled {
@@ -144,7 +161,7 @@ pub async fn workers(core: &Core, credential: &Credential) -> Handled {
     };
     let mut shown = visible_sessions(core, claim).await?;
     current_headroom(core, &mut shown).await?;
-    let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
+    let workers = worker_entries(core, &shown).await?;
     Ok(Response::json_value(
         StatusCode::OK,
         &json!({ "workers": workers }),
@@ -279,7 +296,7 @@ pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credentia
         .map(|(env, b)| (env, b.takeover.into()))
         .collect();
     let bindings = json!({ "hostnames": hostnames, "envs": envs });
-    let workers: Vec<Value> = shown.iter().map(worker_entry).collect();
+    let workers = worker_entries(core, &shown).await?;
 
     // Everything is read: the body is written by hand, in the order (sorted keys) serde_json
     // writes an object: {"bindings", "namespaces": [{"entries", "env", "hostname",
@@ -348,8 +365,9 @@ pub async fn stats(core: &Core, credential: &Credential) -> Handled {
 }
 
 /// One worker's `/_pinned/stats`, attested for its session, cut down to its visible
-/// namespaces; `error: "unreachable"` when it does not answer with a JSON object in time (an
-/// `https` worker whose certificate does not verify with `tls` included).
+/// namespaces; `error: "unreachable"` when it does not answer with a JSON object of at most
+/// [`STATS_MAX_BODY`] in time (an `https` worker whose certificate does not verify with `tls`
+/// included), logged with the reason.
 async fn worker_stats(session: &Session, tls: &ClientTls) -> Value {
     let mut entry = json!({
         "sessionId": session.session_id,
@@ -357,7 +375,7 @@ async fn worker_stats(session: &Session, tls: &ClientTls) -> Value {
         "hostname": session.hostname,
     });
     match fetch_stats(session, tls).await {
-        Some(mut stats) => {
+        Ok(mut stats) => {
             let visible = |ns: &str| session.namespaces.iter().any(|n| n == ns);
             if let Some(Value::Array(list)) = stats.get_mut("namespaces") {
                 list.retain(|ns| ns.as_str().is_some_and(visible));
@@ -367,14 +385,20 @@ async fn worker_stats(session: &Session, tls: &ClientTls) -> Value {
             }
             entry["stats"] = Value::Object(stats);
         }
-        None => entry["error"] = "unreachable".into(),
+        Err(reason) => {
+            warn!(session = %session.session_id, url = %session.advertise_url, %reason, "worker stats unreachable");
+            entry["error"] = "unreachable".into();
+        }
     }
     entry
 }
 
-async fn fetch_stats(session: &Session, tls: &ClientTls) -> Option<Map<String, Value>> {
-    let addr = WorkerAddr::parse(&session.advertise_url).ok()?;
-    let iat = SystemTime::now().duration_since(UNIX_EPOCH).ok()?.as_secs();
+async fn fetch_stats(session: &Session, tls: &ClientTls) -> Result<Map<String, Value>, String> {
+    let addr = WorkerAddr::parse(&session.advertise_url)?;
+    let iat = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs();
     let mut token = Vec::new();
     let claims = Claims {
         aud: &session.session_id,
@@ -384,7 +408,7 @@ async fn fetch_stats(session: &Session, tls: &ClientTls) -> Option<Map<String, V
         extra: None,
     };
     Signer::new(session.secret.as_bytes()).sign_into(&claims, &mut Vec::new(), &mut token);
-    let token = String::from_utf8(token).ok()?;
+    let token = String::from_utf8(token).map_err(|e| e.to_string())?;
     let name = header::ATTESTATION;
     let headers = [(name.as_str(), token.as_str())];
     let answer = fetch(
@@ -398,13 +422,14 @@ async fn fetch_stats(session: &Session, tls: &ClientTls) -> Option<Map<String, V
         STATS_MAX_BODY,
     )
     .await
-    .ok()?;
+    .map_err(|e| e.to_string())?;
     if !answer.status.is_success() {
-        return None;
+        return Err(format!("answered {}", answer.status));
     }
-    match serde_json::from_slice(&answer.body).ok()? {
-        Value::Object(stats) => Some(stats),
-        _ => None,
+    match serde_json::from_slice(&answer.body) {
+        Ok(Value::Object(stats)) => Ok(stats),
+        Ok(_) => Err("answered JSON that is not an object".into()),
+        Err(e) => Err(format!("answered invalid JSON: {e}")),
     }
 }
 

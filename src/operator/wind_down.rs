@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, HashSet};
 use http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::info;
 
-use crate::answers::{self, BODY_LIMIT, Handled};
+use crate::answers::{self, Act, BODY_LIMIT, Handled};
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
 use crate::names::{valid_id, valid_namespace};
@@ -42,8 +43,19 @@ struct Row {
     hostname: Option<String>,
 }
 
-pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+/// `act` names `{ns}` or `{ns}/{id}` for the log line of a refusal; a wind-down done is one
+/// line at `info`.
+pub async fn wind_down(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+    act: &mut Act,
+) -> Handled {
     let body: Body = read_json(req, BODY_LIMIT, SHAPE).await?;
+    act.about = Some(match &body.id {
+        Some(id) => format!("{}/{id}", body.namespace),
+        None => body.namespace.clone(),
+    });
     if body.deadline.is_some_and(|d| !d.is_finite() || d < 0.0) {
         return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
@@ -89,20 +101,24 @@ pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credenti
         queued: 0,
     };
     let answer = match body.id.as_deref() {
-        Some(id) => {
-            let row = core.store.row(&env, ns, id).await?;
-            let Some(row) = row.and_then(|row| Row::of(id, row)) else {
-                return Ok(Response::json(StatusCode::OK, &br#"{"queued":false}"#[..]));
-            };
-            stamp.learn_owner(&row.session_id).await?;
-            if !covers(claim, stamp.owner(&row.session_id), &row, ns) {
-                return Ok(answers::forbidden_because("forbidden"));
+        Some(id) => match core
+            .store
+            .row(&env, ns, id)
+            .await?
+            .and_then(|r| Row::of(id, r))
+        {
+            None => serde_json::json!({ "queued": false }),
+            Some(row) => {
+                stamp.learn_owner(&row.session_id).await?;
+                if !covers(claim, stamp.owner(&row.session_id), &row, ns) {
+                    return Ok(answers::forbidden_because("forbidden"));
+                }
+                stamp
+                    .rows(bucket_of(id, core.shared.config.shards), &[row])
+                    .await?;
+                serde_json::json!({ "queued": stamp.queued > 0 })
             }
-            stamp
-                .rows(bucket_of(id, core.shared.config.shards), &[row])
-                .await?;
-            serde_json::json!({ "queued": stamp.queued > 0 })
-        }
+        },
         None => {
             let mut pages = core.store.row_pages(&env, ns, None);
             // HSCAN may hand out an id twice (in two pages of its bucket): each is stamped
@@ -131,6 +147,15 @@ pub async fn wind_down(core: &Core, req: &mut Request<'_>, credential: &Credenti
             serde_json::json!({ "queued": stamp.queued })
         }
     };
+    info!(
+        sub = %credential.sub.as_deref().unwrap_or_default(),
+        namespace = %ns,
+        id = body.id.as_deref().map(tracing::field::display),
+        env = %env,
+        deadline = %if stamp.deadline.is_empty() { "null" } else { &stamp.deadline },
+        queued = %answer["queued"],
+        "operator wind_down"
+    );
     Ok(Response::json_value(StatusCode::OK, &answer))
 }
 

@@ -17,6 +17,7 @@ use crate::answers::{self, Handled};
 use crate::attestation::{Claims, Extra, Instance, Purpose};
 use crate::clock;
 use crate::correlation::Correlation;
+use crate::fleet::Standing;
 use crate::http::{Request, Response};
 use crate::names::valid_id;
 use crate::node::Core;
@@ -64,11 +65,12 @@ pub async fn handle(
     correlation: &Correlation,
     record: &mut Record,
 ) -> Handled {
-    if !core.shared.is_serving() {
+    let standing = core.shared.standing();
+    if standing == Standing::NotServing {
         core.counters().count("not-serving");
         record.outcome = Some("not-serving");
-        return Ok(answers::not_serving());
     }
+    standing.check()?;
     let Some(route) = Route::parse(path) else {
         return Ok(answers::invalid_instance_id());
     };

@@ -1,6 +1,10 @@
 //! `POST /registry/heartbeat`: re-probe the advertise URL, renew the lease, carry headroom,
-//! draining and degraded into every bucket, deliver control messages until acked.
+//! draining and degraded into every bucket, deliver control messages until acked. A heartbeat
+//! refused 401 or 403 is logged once per credential or session ([`HeartbeatRefusal`]).
 
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -13,8 +17,7 @@ use tracing::{info, warn};
 use super::fields::{Scope, check_claim};
 use super::probe::{Probe, probe};
 use super::{claim_of, drain_secs_left, owned_session, secs_left};
-use crate::answers::Handled;
-use crate::answers::{self, BODY_LIMIT, unknown_session};
+use crate::answers::{self, BODY_LIMIT, Fail, Handled, unknown_session};
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::node::Core;
 use crate::passport::Credential;
@@ -51,6 +54,54 @@ struct Stored {
     deadline: Option<u64>,
 }
 
+/// A heartbeat refused 401 or 403, for the log: one `warn` line per worker that keeps sending
+/// it, not one a heartbeat. Said once per key and reason: the key is the credential's bytes
+/// when the route refused the credential itself (its body is not read before the credential
+/// passes, so the session is unknown), the session when the credential passed but may not keep
+/// that session.
+pub struct HeartbeatRefusal<'a> {
+    pub status: StatusCode,
+    pub why: &'a str,
+    pub sub: Option<&'a str>,
+    pub session: Option<&'a str>,
+}
+
+impl HeartbeatRefusal<'_> {
+    pub fn say_once(&self, core: &Core, key: &[u8]) {
+        if core.shared.heartbeat_refusals.first(key, self.why) {
+            warn!(
+                status = self.status.as_u16(),
+                reason = %self.why,
+                sub = self.sub.map(tracing::field::display),
+                session = self.session.map(tracing::field::display),
+                "heartbeat refused"
+            );
+        }
+    }
+}
+
+/// The keys whose heartbeat refusal was said: at most [`SaidOnce::MAX`], all forgotten at
+/// once when full (a refusal is then said again, once).
+#[derive(Default)]
+pub struct SaidOnce {
+    seen: Mutex<HashSet<u64>>,
+}
+
+impl SaidOnce {
+    const MAX: usize = 4096;
+
+    /// Whether (`key`, `why`) is new, remembering it.
+    fn first(&self, key: &[u8], why: &str) -> bool {
+        let mut hasher = DefaultHasher::new();
+        (key, why).hash(&mut hasher);
+        let mut seen = self.seen.lock().expect("refusals lock");
+        if seen.len() >= Self::MAX {
+            seen.clear();
+        }
+        seen.insert(hasher.finish())
+    }
+}
+
 pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
     let body: HeartbeatRequest = read_json(req, BODY_LIMIT, SHAPE).await?;
     // Every JSON number reads as an f64.
@@ -58,14 +109,32 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
     if !headroom.is_finite() || headroom < 0.0 {
         return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
-    let session = owned_session(core, credential, &body.session_id, true).await?;
-    // A credential whose claims no longer cover the record may not keep it alive.
-    let Ok(advertise) = WorkerAddr::parse(&session.advertise_url) else {
-        return Ok(answers::forbidden());
+    let refused = |why: &str| {
+        let refusal = HeartbeatRefusal {
+            status: StatusCode::FORBIDDEN,
+            why,
+            sub: credential.sub.as_deref(),
+            session: Some(&body.session_id),
+        };
+        refusal.say_once(core, body.session_id.as_bytes());
+        answers::forbidden()
     };
-    if check_claim(claim_of(credential)?, &Scope::of(&session, &advertise)).is_err() {
-        return Ok(answers::forbidden());
-    }
+    let session = match owned_session(core, credential, &body.session_id, true).await {
+        Err(Fail::Answer(answer)) if answer.status == StatusCode::FORBIDDEN => {
+            return Ok(refused("another account (sub) registered the session"));
+        }
+        owned => owned?,
+    };
+    // A credential whose claims no longer cover the record may not keep it alive.
+    let claim = claim_of(credential)?;
+    let advertise = match WorkerAddr::parse(&session.advertise_url) {
+        Ok(advertise) if check_claim(claim, &Scope::of(&session, &advertise)).is_ok() => advertise,
+        _ => {
+            return Ok(refused(
+                "the credential's claims no longer cover the registration",
+            ));
+        }
+    };
 
     let timeout = Duration::from_millis(core.shared.config.verify_timeout_ms);
     let probed = probe(

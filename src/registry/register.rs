@@ -14,8 +14,7 @@ use super::fields::{Scope, check_claim, normalize_name};
 use super::probe::{Probe, probe};
 use super::{account_of, claim_of};
 use super::{drain_secs_left, new_session_id};
-use crate::answers::Handled;
-use crate::answers::{self, REGISTER_BODY_LIMIT, unknown_session};
+use crate::answers::{self, Act, Handled, REGISTER_BODY_LIMIT, unknown_session};
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::names::valid_namespace;
 use crate::node::Core;
@@ -48,8 +47,15 @@ struct Outcome {
     reclaim: Option<String>,
 }
 
-pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
+/// `act` names the client, and a failed probe's outcome, for the log line of a refusal.
+pub async fn register(
+    core: &Core,
+    req: &mut Request<'_>,
+    credential: &Credential,
+    act: &mut Act,
+) -> Handled {
     let body: RegisterRequest = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
+    act.about = Some(body.client_id.clone());
     let config = &core.shared.config;
     let (mut s, registration) = validate(body, config.hostname_aware)?;
     let Registration {
@@ -66,7 +72,7 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
     s.account = account_of(credential);
 
     let timeout = Duration::from_millis(config.verify_timeout_ms);
-    match probe(
+    let why = match probe(
         &advertise,
         &core.shared.tls.workers,
         &s.secret,
@@ -76,11 +82,14 @@ pub async fn register(core: &Core, req: &mut Request<'_>, credential: &Credentia
     )
     .await
     {
-        Probe::Pass => {}
-        outcome => {
-            warn!(client = %s.client_id, url = %s.advertise_url, ?outcome, "registration probe failed");
-            return Ok(answers::bad_request("registration probe failed"));
-        }
+        Probe::Pass => None,
+        Probe::Failed(why) => Some(why),
+        Probe::Mismatch => Some("another worker answers there".to_owned()),
+    };
+    if let Some(why) = why {
+        // The detail is the node's log's, not the caller's.
+        act.detail = Some(format!("probe of {}: {why}", s.advertise_url));
+        return Ok(answers::bad_request("registration probe failed"));
     }
 
     let hosts_wanted: Vec<(String, &str)> = match &s.hostname {

@@ -12,7 +12,7 @@ mod records;
 pub mod scripts;
 mod sweeper;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -131,6 +131,27 @@ impl Store {
             ])
             .await?;
         Ok(reply.as_bytes().and_then(ClientRecord::decode))
+    }
+
+    /// The operator drains in force on the clients of `sessions`, by client id, in one `MGET`
+    /// (every drain key lives in the registry slot). Grows with the workers, not placements.
+    pub async fn drains(&self, sessions: &[Session]) -> Result<BTreeMap<String, Drain>, Error> {
+        let clients: BTreeSet<&str> = sessions.iter().map(|s| s.client_id.as_str()).collect();
+        if clients.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let keys: Vec<String> = clients.iter().map(|c| self.keys.drain(c)).collect();
+        let mut args: Vec<&[u8]> = vec![b"MGET"];
+        args.extend(keys.iter().map(|k| k.as_bytes()));
+        let reply = self.redis.cmd(&args).await?;
+        Ok(clients
+            .into_iter()
+            .zip(reply.as_array().unwrap_or_default())
+            .filter_map(|(client, raw)| {
+                let drain = serde_json::from_slice(raw.as_bytes()?).ok()?;
+                Some((client.to_owned(), drain))
+            })
+            .collect())
     }
 
     /// Hostname-aware: every `{hostname}{ns}` binding.

@@ -64,9 +64,11 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
         let holds = holding.holds();
         if holds != said_holding {
             if holds {
-                info!(node = %config.node_id, "sweeping: holding the sweeper lease");
+                info!("sweeping: holding the sweeper lease");
+            } else if core.shared.is_serving() {
+                info!("not sweeping: another node holds the sweeper lease");
             } else {
-                info!(node = %config.node_id, "not sweeping: another node holds the sweeper lease");
+                info!("not sweeping: this node is not serving");
             }
             said_holding = holds;
         }
@@ -91,7 +93,7 @@ pub async fn keep_sweeping(core: Rc<Core>, shutdown: Shutdown) {
     // A pass still running stops at its next page.
     if holding.until.take().is_some() {
         match core.store.release_sweeper(&config.node_id).await {
-            Ok(_) => info!(node = %config.node_id, "sweeper lease released"),
+            Ok(_) => info!("sweeper lease released"),
             Err(e) => warn!(error = %e, "sweeper lease not released; it expires in a lease"),
         }
     }

@@ -107,6 +107,15 @@ impl Node {
         text
     }
 
+    /// The lines of the log that contain `what`.
+    pub fn log_lines(&self, what: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// Until the log says `what` (5 s at most: then the test fails, showing the log).
     pub fn logs(&self, what: &str) {
         assert!(

@@ -104,6 +104,8 @@ struct State {
     /// How long a connection may wait idle for its next request before the worker closes it
     /// (uvicorn's `timeout_keep_alive`); 30 s unless set.
     idle_close: Duration,
+    /// What `GET /_pinned/stats` answers (200, JSON) when set; the echo otherwise.
+    stats: Option<Arc<Vec<u8>>>,
 }
 
 pub struct TestWorker {
@@ -126,6 +128,7 @@ impl TestWorker {
             activating: 0,
             base: String::new(),
             idle_close: Duration::from_secs(30),
+            stats: None,
             values: HashMap::new(),
             seen: Vec::new(),
             tunnels: Vec::new(),
@@ -193,6 +196,11 @@ impl TestWorker {
     /// uvicorn (5 s), Node (5 s) and most servers do.
     pub fn set_idle_close(&self, idle: Duration) {
         self.state.lock().unwrap().idle_close = idle;
+    }
+
+    /// Answers `GET /_pinned/stats` with `body` (a JSON object, as a worker describing itself).
+    pub fn set_stats(&self, body: Vec<u8>) {
+        self.state.lock().unwrap().stats = Some(Arc::new(body));
     }
 
     pub fn set_serve(&self, serve: Serve) {
@@ -356,7 +364,7 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
             conn: n,
             at: std::time::Instant::now(),
         };
-        let (mode, serve, secret, value, activating) = {
+        let (mode, serve, secret, value, activating, stats) = {
             let mut s = state.lock().unwrap();
             s.seen.push(seen.clone());
             let activating = path.ends_with("/_wake") && s.activating > 0;
@@ -373,10 +381,14 @@ fn serve(mut conn: TcpStream, n: usize, state: &Mutex<State>, stop: &AtomicBool)
                 s.secret.clone(),
                 s.values.get(&challenge).cloned(),
                 activating,
+                s.stats.clone().filter(|_| path == "/_pinned/stats"),
             )
         };
         let keep = if path.starts_with("/_pinned/challenge") {
             answer_probe(&mut conn, mode, &seen, &secret, value)
+        } else if let Some(stats) = stats {
+            let json = [("content-type", "application/json")];
+            respond(&mut conn, "200 OK", &json, Framing::Length, &stats)
         } else if activating {
             let body = r#"{"activating":true}"#;
             let head = format!(

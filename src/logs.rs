@@ -1,0 +1,152 @@
+//! The node's log: `tracing` events to stderr, filtered by `PINBOARD_LOG` (`info` by default),
+//! as text or JSON lines (`log_format`), every line naming the node (`node_id`) whichever thread
+//! wrote it (a core, the signal thread, startup): a text line ends with ` node_id=…`, a JSON
+//! line carries a top-level `"node_id"` member.
+//!
+//! The name is put in by the formatter, not by a span each thread would have to enter: text
+//! lines get it after the event's fields ([`NodeFields`], no copy), JSON lines as their first
+//! member ([`JsonWithNode`], one copy of the line through a per-thread buffer).
+
+use std::cell::RefCell;
+use std::fmt;
+
+use tracing::{Event, Subscriber};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::{DefaultFields, Format, Json, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::LogFormat;
+
+/// Starts the log; once per process, as soon as the configuration is known.
+pub fn init(format: LogFormat, node_id: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PINBOARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder
+            .json()
+            .event_format(JsonWithNode::new(node_id))
+            .init(),
+        // Colour only on a terminal: a log file or a collector gets plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(NodeFields::new(node_id))
+            .init(),
+    }
+}
+
+/// The text format's fields, then ` node_id=…`.
+pub struct NodeFields {
+    inner: DefaultFields,
+    suffix: String,
+}
+
+impl NodeFields {
+    pub fn new(node_id: &str) -> NodeFields {
+        NodeFields {
+            inner: DefaultFields::new(),
+            suffix: format!(" node_id={node_id}"),
+        }
+    }
+}
+
+impl<'writer> FormatFields<'writer> for NodeFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'writer>,
+        fields: R,
+    ) -> fmt::Result {
+        self.inner.format_fields(writer.by_ref(), fields)?;
+        writer.write_str(&self.suffix)
+    }
+}
+
+/// The JSON format, with `"node_id"` as the first member of each line's object.
+pub struct JsonWithNode {
+    inner: Format<Json>,
+    /// `"node_id":"…"`, escaped once.
+    member: String,
+}
+
+impl JsonWithNode {
+    pub fn new(node_id: &str) -> JsonWithNode {
+        let name = serde_json::to_string(node_id).expect("a string serializes");
+        JsonWithNode {
+            inner: Format::default().json().with_current_span(false),
+            member: format!("\"node_id\":{name}"),
+        }
+    }
+
+    /// `line` (one JSON object, as the inner format wrote it) with the member put first.
+    fn write_line(&self, line: &str, writer: &mut Writer<'_>) -> fmt::Result {
+        let Some(rest) = line.strip_prefix('{') else {
+            return writer.write_str(line);
+        };
+        writer.write_char('{')?;
+        writer.write_str(&self.member)?;
+        if !rest.starts_with('}') {
+            writer.write_char(',')?;
+        }
+        writer.write_str(rest)
+    }
+}
+
+thread_local! {
+    /// Each thread's line buffer, kept between lines.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl<S, N> FormatEvent<S, N> for JsonWithNode
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    Format<Json>: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        LINE.with(|buffer| {
+            // A line written while this thread's buffer is in use gets a buffer of its own.
+            let mut own = String::new();
+            let mut borrowed = buffer.try_borrow_mut();
+            let line = match &mut borrowed {
+                Ok(line) => {
+                    line.clear();
+                    &mut **line
+                }
+                Err(_) => &mut own,
+            };
+            self.inner.format_event(ctx, Writer::new(line), event)?;
+            self.write_line(line, &mut writer)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_get_the_node_first() {
+        let format = JsonWithNode::new("edge\"7");
+        let mut out = String::new();
+        let mut writer = Writer::new(&mut out);
+        format
+            .write_line("{\"level\":\"INFO\"}\n", &mut writer)
+            .unwrap();
+        format.write_line("{}\n", &mut writer).unwrap();
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["node_id"], "edge\"7");
+        assert_eq!(lines[0]["level"], "INFO");
+        assert_eq!(lines[1], serde_json::json!({"node_id": "edge\"7"}));
+    }
+}
