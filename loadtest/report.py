@@ -10,7 +10,8 @@ Redis, ticks per second, and the box's busy and total ticks (/proc/stat, all cor
 import statistics
 import sys
 
-ORDER = ["direct", "pinboard", "pinboard-https", "pinboard-https-worker", "pinboard-fresh",
+ORDER = ["direct", "pinboard", "pinboard-access-log", "pinboard-https", "pinboard-https-worker",
+         "pinboard-fresh",
          "nginx", "nginx-https", "haproxy", "nginx-lua-redis"]
 
 
@@ -122,12 +123,15 @@ def table(path):
         if any(med[s]["errors"] for s in med):
             print("warning: some runs had errors (non-2xx answers or socket errors): "
                   "see the errors column")
-    # scripts/bench --tls: what TLS costs each proxy on each side, from the same run.
-    for plain, tls in (("pinboard", "pinboard-https"), ("pinboard", "pinboard-https-worker"),
-                       ("nginx", "nginx-https")):
+    # scripts/bench --tls and --access-log: what TLS costs each proxy on each side, and what the
+    # access log costs pinboard, from the same run.
+    for what, plain, tls in (("tls", "pinboard", "pinboard-https"),
+                             ("tls", "pinboard", "pinboard-https-worker"),
+                             ("tls", "nginx", "nginx-https"),
+                             ("access log", "pinboard", "pinboard-access-log")):
         if plain in med and tls in med and med[plain]["proxy"] and med[tls]["proxy"]:
             extra = med[tls]["proxy"] - med[plain]["proxy"]
-            print(f"tls: {tls}/{plain} req/s {ratio(tls, plain):.2f}, proxy CPU per 100k "
+            print(f"{what}: {tls}/{plain} req/s {ratio(tls, plain):.2f}, proxy CPU per 100k "
                   f"{med[tls]['proxy']:.3f} vs {med[plain]['proxy']:.3f} s "
                   f"(+{extra:.3f} s, {extra * 1e6 / 1e5:.1f} us per request), "
                   f"worker CPU {med[tls]['worker']:.3f} vs {med[plain]['worker']:.3f} s, "

@@ -33,9 +33,11 @@ impl<const N: usize> InlineStr<N> {
     /// The low `digits` hex digits of `n`, lowercase and zero-padded (at most 32).
     pub fn push_hex(&mut self, n: u128, digits: usize) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        for shift in (0..digits.min(32)).rev() {
-            self.0.push(HEX[((n >> (shift * 4)) & 0xf) as usize]);
+        let mut text = [0u8; 32];
+        for (i, digit) in text.iter_mut().enumerate() {
+            *digit = HEX[((n >> ((31 - i) * 4)) & 0xf) as usize];
         }
+        self.0.extend_from_slice(&text[32 - digits.min(32)..]);
     }
 }
 
