@@ -21,6 +21,7 @@ use crate::http::{Handler, Request, Response, remove_dot_segments};
 use crate::metrics::RequestKind;
 use crate::node::Core;
 use crate::passport::Credential;
+use crate::placement::client_ip;
 use crate::{operator, proxy, registry};
 
 /// The scope a worker's credential carries: the worker protocol routes.
@@ -231,7 +232,10 @@ impl Handler for Core {
         self.counters()
             .answered(record.kind, response.status.as_u16(), took);
         if let Some(log) = &self.access_log {
-            log.write(&record, req.peer.ip(), Some(req), response, sent);
+            // The client as `trusted_proxies` says (nginx's `real_ip`): behind a load
+            // balancer, the address it forwarded for.
+            let client = client_ip(req.peer.ip(), &self.shared.config.trusted_proxies, req);
+            log.write(&record, client, Some(req), response, sent);
         }
     }
 

@@ -55,6 +55,8 @@ fn every_answer_is_identified_counted_and_logged() {
             ("PINBOARD_ACCESS_LOG", "json"),
             ("PINBOARD_ACCESS_LOG_PATH", &log_env),
             ("PINBOARD_FORWARDS__TIMEOUT_MS", "700"),
+            // The test's client is a trusted proxy: the log names whom it forwarded for.
+            ("PINBOARD_TRUSTED_PROXIES", "127.0.0.1/32"),
         ],
         "observed",
     );
@@ -65,7 +67,7 @@ fn every_answer_is_identified_counted_and_logged() {
     let ok = c.request(
         format!(
             "GET /threads/a1/x?secret=1 HTTP/1.1\r\nHost: edge\r\nX-Request-Id: my-id\r\n\
-             traceparent: {TRACE}\r\ntracestate: vendor=1\r\n\r\n"
+             traceparent: {TRACE}\r\ntracestate: vendor=1\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n"
         )
         .as_bytes(),
     );
@@ -192,7 +194,7 @@ fn every_answer_is_identified_counted_and_logged() {
     );
     assert_eq!(first["outcome"], "forward");
     assert_eq!(first["session"], session.as_str());
-    assert_eq!(first["client"], "127.0.0.1");
+    assert_eq!(first["client"], "203.0.113.9");
     assert!(
         first["epoch"]
             .as_str()
@@ -208,6 +210,10 @@ fn every_answer_is_identified_counted_and_logged() {
         panic!("{lines:?}")
     };
     assert_eq!(not_found["request_id"], missing_id.as_str());
+    assert_eq!(
+        not_found["client"], "127.0.0.1",
+        "no X-Forwarded-For: the peer"
+    );
     assert_eq!(not_found["error"], "unknown namespace");
     assert_eq!(not_found["outcome"], "unknown-ns");
     let [bad_gateway] = by_status(502)[..] else {
