@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::config::AccessLogFormat;
 use crate::correlation::Correlation;
 use crate::http::{Request, Response};
-use crate::metrics::RequestKind;
+use crate::metrics::{CoreCounters, RequestKind};
 use crate::redis::Text;
 
 /// A core's buffer is written out once it holds this much.
@@ -53,6 +53,15 @@ pub struct Record {
     pub resolve: Duration,
     /// Time spent in forwards to workers.
     pub upstream: Option<Duration>,
+}
+
+impl Record {
+    /// A resolution outcome (one of [`crate::metrics::OUTCOMES`]): counted on the core's
+    /// counters, and noted as this request's.
+    pub fn outcome(&mut self, counters: &CoreCounters, outcome: &'static str) {
+        counters.count(outcome);
+        self.outcome = Some(outcome);
+    }
 }
 
 /// The line's fields, as both formats write them.

@@ -217,8 +217,7 @@ impl Handler for Core {
                 // retry.
                 if e.origin() == Origin::Redis && e.is_retryable() {
                     debug!(path = req.path(), error = %e, "registry unavailable");
-                    self.counters().count("unavailable");
-                    record.outcome = Some("unavailable");
+                    record.outcome(self.counters(), "unavailable");
                 }
                 answers::for_error(e)
             }

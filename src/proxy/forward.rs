@@ -152,8 +152,7 @@ pub async fn exchange(
                     exchange.counters.upstream_error(UpstreamError::StaleRetry);
                     continue;
                 }
-                exchange.counters.upstream_error(UpstreamError::Reset);
-                return (Outcome::Failed, None);
+                return failed(exchange, UpstreamError::Reset);
             }
         }
         if framing != BodyFraming::None {
@@ -168,8 +167,7 @@ pub async fn exchange(
                 // A switch nobody asked for cannot be relayed: the client would read the
                 // worker's new protocol as an HTTP answer.
                 if exchange.forwarded.upgrade.is_none() {
-                    exchange.counters.upstream_error(UpstreamError::Invalid);
-                    return (Outcome::Failed, None);
+                    return failed(exchange, UpstreamError::Invalid);
                 }
                 // An upgraded connection carries the tunnel to its end: never pooled.
                 return (switch(req, upstream, &response, exchange).await, None);
@@ -184,16 +182,16 @@ pub async fn exchange(
                 exchange.counters.upstream_error(UpstreamError::StaleRetry);
                 continue;
             }
-            Err(HeadFailure::Malformed) => {
-                exchange.counters.upstream_error(UpstreamError::Invalid);
-                return (Outcome::Failed, None);
-            }
-            Err(HeadFailure::Closed) => {
-                exchange.counters.upstream_error(UpstreamError::Reset);
-                return (Outcome::Failed, None);
-            }
+            Err(HeadFailure::Malformed) => return failed(exchange, UpstreamError::Invalid),
+            Err(HeadFailure::Closed) => return failed(exchange, UpstreamError::Reset),
         }
     }
+    (Outcome::Failed, None)
+}
+
+/// A forward that failed at the worker, counted by how.
+fn failed(exchange: &Exchange<'_>, how: UpstreamError) -> (Outcome, Option<Upstream>) {
+    exchange.counters.upstream_error(how);
     (Outcome::Failed, None)
 }
 
@@ -246,10 +244,7 @@ async fn early_answer(
         Ok(head) if head.status != StatusCode::SWITCHING_PROTOCOLS => {
             (relay(req, upstream, head, exchange).await.0, None)
         }
-        _ => {
-            exchange.counters.upstream_error(UpstreamError::Reset);
-            (Outcome::Failed, None)
-        }
+        _ => failed(exchange, UpstreamError::Reset),
     }
 }
 

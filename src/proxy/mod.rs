@@ -67,8 +67,7 @@ pub async fn handle(
 ) -> Handled {
     let standing = core.shared.standing();
     if standing == Standing::NotServing {
-        core.counters().count("not-serving");
-        record.outcome = Some("not-serving");
+        record.outcome(core.counters(), "not-serving");
     }
     standing.check()?;
     let Some(route) = Route::parse(path) else {
@@ -100,8 +99,7 @@ pub async fn handle(
         match placement::binding(&core.store, &hostname, route.ns).await? {
             Ok(binding) => Some(binding),
             Err(refusal) => {
-                core.counters().count(refusal.name());
-                record.outcome = Some(refusal.name());
+                record.outcome(core.counters(), refusal.name());
                 return Ok(refusal.refusal());
             }
         }
@@ -136,8 +134,7 @@ pub async fn handle(
         let outcome =
             placement::resolve(&core.store, &core.resolve_constants, &ejected, &ask).await?;
         record.resolve += resolved_at.elapsed();
-        record.outcome = Some(outcome.name());
-        core.counters().count(outcome.name());
+        record.outcome(core.counters(), outcome.name());
         let placement = match outcome {
             Outcome::Forward(p) => p,
             Outcome::NoBackends if refused > 0 => {
@@ -235,8 +232,7 @@ pub async fn handle(
             }
             forward::Outcome::Refused => {
                 placement::release(&core.store, &ask, &placement).await?;
-                core.counters().count("nack");
-                record.outcome = Some("nack");
+                record.outcome(core.counters(), "nack");
                 if refused == 0 && replayable {
                     refused += 1;
                     exclude = Some(placement.session_id.clone());
