@@ -37,7 +37,7 @@ if s.hostname then
       bound = cjson.decode(bound)
       if bound.env ~= mine then
         return cjson.encode({superseded = 'registration superseded: ' .. s.hostname .. ns ..
-          ' now bound to env ' .. bound.env .. ' at epoch ' .. bound.epoch})
+          ' now bound to env ' .. bound.env .. ' at epoch ' .. epoch_digits(bound.epoch)})
       end
     end
   end

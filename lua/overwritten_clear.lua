@@ -7,7 +7,7 @@
 -- Returns 1 when the marker was cleared.
 local overwritten = KEYS[1]
 local marker = redis.call('HGET', overwritten, ARGV[1])
-if marker and (tonumber(marker) or 0) <= tonumber(ARGV[2]) then
+if marker and epoch_cmp(marker ~= '' and marker or '0', ARGV[2]) <= 0 then
   redis.call('HDEL', overwritten, ARGV[1])
   return 1
 end

@@ -9,6 +9,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Epochs (binding and placement) are decimal digit strings without leading zeros, compared as
+-- integers of any size and never through a Lua number: a double holds 2^53 exactly, and cjson
+-- writes one with 14 significant digits. A number an older node stored reads as its decimal.
+local function epoch_digits(e)
+  if type(e) == 'number' then
+    return string.format('%.0f', e)
+  end
+  return e
+end
+
+-- -1, 0 or 1 as epoch `a` is below, equal to or above `b`.
+local function epoch_cmp(a, b)
+  a, b = epoch_digits(a), epoch_digits(b)
+  if #a ~= #b then
+    return #a < #b and -1 or 1
+  end
+  if a == b then
+    return 0
+  end
+  return a < b and -1 or 1
+end
 
 -- A session's copy in a bucket, as its expiry (ms) and hostname: from its liveness entry
 -- ('{expiry} {hostname}': hostnames hold no space), or from the copy itself when it has none

@@ -9,7 +9,8 @@
 --
 -- ARGV[1]  new sessionId            ARGV[2] account (credential sub)
 -- ARGV[3]  clientId                 ARGV[4] session record (JSON, expiry filled in here)
--- ARGV[5]  lease TTL (ms)           ARGV[6] binding epoch (integer)
+-- ARGV[5]  lease TTL (ms)           ARGV[6] binding epoch (decimal digits, any size: stored and
+--                                   compared as such, `epoch_cmp`)
 -- ARGV[7]  host bindings wanted: JSON [[hostname..ns, env], ...] ('[]' in single mode)
 -- ARGV[8]  env bindings wanted:  JSON [[env, takeover], ...]      ('[]' in single mode)
 -- ARGV[9]  prevSessionId the worker asks to reclaim from, or ''
@@ -24,7 +25,7 @@ local sessions, clients, hosts, envs, quarantine, drain_key, namespaces =
 local sid, account, client = ARGV[1], ARGV[2], ARGV[3]
 local session = cjson.decode(ARGV[4])
 local lease = tonumber(ARGV[5])
-local epoch = tonumber(ARGV[6])
+local epoch = ARGV[6]
 local hosts_wanted = cjson.decode(ARGV[7])
 local envs_wanted = cjson.decode(ARGV[8])
 local now = now_ms()
@@ -62,11 +63,13 @@ for _, want in ipairs(hosts_wanted) do
   local bound = redis.call('HGET', hosts, key)
   if bound then
     bound = cjson.decode(bound)
-    if bound.env ~= env and epoch <= bound.epoch then
+    local order = epoch_cmp(epoch, bound.epoch)
+    if bound.env ~= env and order <= 0 then
       return cjson.encode({conflict = 'hostname ' .. key .. ' is bound to env ' .. bound.env ..
-        ' at epoch ' .. bound.epoch .. ', not ' .. env .. ' — register with a higher epoch to displace'})
+        ' at epoch ' .. epoch_digits(bound.epoch) .. ', not ' .. env ..
+        ' — register with a higher epoch to displace'})
     end
-    if bound.env ~= env or epoch > bound.epoch then
+    if bound.env ~= env or order > 0 then
       host_writes[#host_writes + 1] = {key, env, bound.env ~= env}
     end
   else
@@ -78,11 +81,13 @@ for _, want in ipairs(envs_wanted) do
   local bound = redis.call('HGET', envs, env)
   if bound then
     bound = cjson.decode(bound)
-    if bound.takeover ~= takeover and epoch <= bound.epoch then
+    local order = epoch_cmp(epoch, bound.epoch)
+    if bound.takeover ~= takeover and order <= 0 then
       return cjson.encode({conflict = 'env ' .. env .. ' agreed takeover ' .. bound.takeover ..
-        ' at epoch ' .. bound.epoch .. ', not ' .. takeover .. ' — register with a higher epoch to displace'})
+        ' at epoch ' .. epoch_digits(bound.epoch) .. ', not ' .. takeover ..
+        ' — register with a higher epoch to displace'})
     end
-    if bound.takeover ~= takeover or epoch > bound.epoch then
+    if bound.takeover ~= takeover or order > 0 then
       env_writes[#env_writes + 1] = {env, takeover}
     end
   else

@@ -508,3 +508,240 @@ fn short_worker_secrets_are_refused() {
     assert_eq!(r.status, 400, "the probe needs the worker's own secret");
     assert_eq!(r.json(), json!({"error": "registration probe failed"}));
 }
+
+// Issue 23: security, round three.
+
+/// Every command the server ran since the last reset, as (µs, arguments): SLOWLOG with a
+/// threshold of 0 logs them all.
+fn slowlog(f: &Fixture) -> Vec<(u64, Vec<String>)> {
+    let log: serde_json::Value =
+        serde_json::from_str(&f.cli(&["--json", "SLOWLOG", "GET", "-1"])).unwrap();
+    log.as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            let args = entry[3].as_array().unwrap().iter();
+            let args = args.map(|a| a.as_str().unwrap().to_string()).collect();
+            (entry[2].as_u64().unwrap(), args)
+        })
+        .collect()
+}
+
+fn log_every_command(f: &Fixture) {
+    f.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    f.cli(&["CONFIG", "SET", "slowlog-max-len", "1000000"]);
+    f.cli(&["SLOWLOG", "RESET"]);
+}
+
+/// H1: the bounds at the edge, each refusal naming its setting. Nothing is written.
+#[test]
+fn h1_a_registration_past_the_caps_is_refused_naming_the_setting() {
+    let f = Fixture::new(&[("PINBOARD_REGISTRY__MAX_INSTANCES_PER_REGISTER", "1000")]);
+    let worker = TestWorker::start("greedy");
+    let namespaces = |n: usize| -> Vec<String> { (0..n).map(|i| format!("/n{i}")).collect() };
+    let r = f.register(&worker, "g", json!({"namespaces": namespaces(65)}));
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"error": "too many namespaces: 65 (registry.max_namespaces_per_worker is 64)"})
+        )
+    );
+    // 100,000 namespaces in 1.3 MB once held Redis 2.35 s a bucket: refused before any call.
+    let r = f.register(&worker, "g", json!({"namespaces": namespaces(100_000)}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let ids = |n: usize| -> Vec<String> { (0..n).map(|i| format!("i{i}")).collect() };
+    let r = f.register(
+        &worker,
+        "g",
+        json!({"instances": {"/threads": ids(600), "/docs": ids(401)}}),
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"error": "too many instances: 1001 (registry.max_instances_per_register is 1000)"})
+        )
+    );
+    assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "0");
+    // At the caps it registers.
+    let r = f.register(
+        &worker,
+        "g",
+        json!({"namespaces": namespaces(64), "instances": {"/n0": ids(1000)}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["duplicates"].as_array().unwrap().len(), 1000);
+}
+
+/// H1: one credential registering at the caps (64 namespaces, one of them the victim's, and
+/// 100,000 held ids), after trying 20,000 namespaces, while a legitimate worker heartbeats on a
+/// 3 s lease and clients use its namespace: the victim's session never lapses and every request
+/// is served. The registration went to Redis in pages (no copy holds a namespace list; every
+/// `bucket_worker.lua` call reclaimed at most 100 ids), not one call per bucket.
+#[test]
+fn h1_a_registration_at_the_caps_never_lapses_another_workers_session() {
+    let (f, victim, session) = Fixture::with_worker(&[("PINBOARD_LEASE_TTL_MS", "3000")], "victim");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let attacker = TestWorker::start("attacker");
+    std::thread::scope(|s| {
+        let beats = s.spawn(|| {
+            let mut answers = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                answers.push(f.heartbeat(&victim, &session, json!({})).status);
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            answers
+        });
+        let requests = s.spawn(|| {
+            let mut answers = Vec::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = get(f.node.addr, &format!("/docs/d{}", i % 50), None);
+                answers.push((r.status, r.text()));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            answers
+        });
+        log_every_command(&f);
+        let flood: Vec<String> = (0..20_000).map(|i| format!("/f{i}")).collect();
+        let r = f.register(&attacker, "attacker", json!({"namespaces": flood}));
+        assert_eq!(r.status, 400, "{}", r.text());
+        let mut namespaces: Vec<String> = (0..63).map(|i| format!("/f{i}")).collect();
+        namespaces.push("/docs".into());
+        let held: Vec<String> = (0..100_000).map(|i| format!("held-{i}")).collect();
+        for _ in 0..2 {
+            let r = f.register(
+                &attacker,
+                "attacker",
+                json!({"namespaces": namespaces, "instances": {"/f0": held}}),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        // New placements in the shared namespace decode both workers' copies.
+        for i in 0..50 {
+            assert_eq!(
+                get(f.node.addr, &format!("/docs/new-{i}"), None).status,
+                200
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let beats = beats.join().unwrap();
+        assert!(beats.iter().all(|s| *s == 200), "{beats:?}");
+        let requests = requests.join().unwrap();
+        let failed: Vec<_> = requests.iter().filter(|(s, _)| *s != 200).collect();
+        assert!(
+            failed.is_empty(),
+            "{} of {}: {failed:?}",
+            failed.len(),
+            requests.len()
+        );
+    });
+    let log = slowlog(&f);
+    let bucket_calls: Vec<&(u64, Vec<String>)> = log
+        .iter()
+        .filter(|(_, args)| {
+            args[0].eq_ignore_ascii_case("EVALSHA") && args[3].ends_with("}:workers")
+        })
+        .collect();
+    // 2 registrations × 100,000 ids / 100 per call, besides the heartbeats' renews.
+    assert!(bucket_calls.len() >= 2_000, "{} calls", bucket_calls.len());
+    // Reported, not asserted (timing): `scripts/abuse registration` measures it.
+    let longest = log.iter().map(|(us, _)| *us).max().unwrap_or(0);
+    println!("longest Redis call during the registrations: {longest} µs");
+    for bucket in 0..support::fleet::SHARDS {
+        let copy = f
+            .bucket_record(bucket, &session)
+            .expect("the victim's copy");
+        assert!(copy.get("namespaces").is_none(), "{copy}");
+    }
+}
+
+/// M1: the secret is written into the probe's `Pinboard-Proxy-Secret` header: CR, LF, NUL, a
+/// space or a byte past ASCII would let it write headers (or a whole second request) of the
+/// worker's choosing to the advertise host.
+#[test]
+fn m1_a_worker_secret_must_be_visible_ascii() {
+    let f = Fixture::new(&[]);
+    let worker = TestWorker::start("w");
+    for secret in [
+        "AAAAAAAAAAAAAAAA\r\nX-Injected: yes\r\n\r\nPOST /internal/admin HTTP/1.1\r\nHost: a\r\n\r\n",
+        "AAAAAAAAAAAAAAAA\nX-Injected: yes",
+        "AAAAAAAAAAAAAAAA\0",
+        "AAAAAAAA AAAAAAAA",
+        "AAAAAAAAAAAAAAAA\t",
+        "AAAAAAAAAAAAAAAA\u{7f}",
+        "AAAAAAAAAAAAAAAé",
+    ] {
+        let r = f.register(&worker, "w1", json!({"secret": secret}));
+        assert_eq!(
+            (r.status, r.json()),
+            (400, json!({"error": "secret must be visible ASCII"})),
+            "{secret:?}"
+        );
+    }
+    assert!(worker.requests().is_empty(), "no probe was sent");
+    assert_eq!(f.cli(&["HLEN", f.keys.sessions()]), "0");
+}
+
+/// M2: binding epochs were compared through a Lua double (and stored through cjson's 14
+/// digits): `10^14 + 1` was stored as `1e+14`, so an equal epoch displaced the binding, and
+/// `2^64 - 1` became a value above every epoch. Now digits, compared exactly, at any size.
+#[test]
+fn m2_binding_epochs_are_exact_integers() {
+    let f = Fixture::new(&[("PINBOARD_HOSTNAME_AWARE", "true")]);
+    let worker = TestWorker::start("w");
+    let register = |client: &str, hostname: &str, env: &str, epoch: &str| {
+        let mut body = f.register_body(
+            &worker,
+            client,
+            json!({"namespaces": ["/threads"], "hostname": hostname, "env": env}),
+        );
+        // As raw digits: a JSON number above 2^53 does not survive serde_json's Value.
+        body["epoch"] = json!("EPOCH");
+        let body = body.to_string().replace("\"EPOCH\"", epoch);
+        support::http::post_json(f.node.addr, "/registry/register", Some(&f.token), &body)
+    };
+    for (i, (held, equal, above)) in [
+        ("100000000000001", "100000000000001", "100000000000002"),
+        ("9007199254740993", "9007199254740993", "9007199254740994"),
+        ("9007199254740992", "9007199254740992", "9007199254740993"),
+        (
+            "18446744073709551614",
+            "18446744073709551614",
+            "18446744073709551615",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let host = format!("h{i}");
+        let r = register(&format!("a{i}"), &host, &format!("a{i}"), held);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let stored = f.cli(&["HGET", f.keys.bind_hosts(), &format!("{host}/threads")]);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&stored).unwrap(),
+            json!({"env": format!("a{i}"), "epoch": held})
+        );
+        let r = register(&format!("b{i}"), &host, &format!("b{i}"), equal);
+        assert_eq!(
+            (r.status, r.json()["error"].as_str().unwrap_or_default()),
+            (
+                409,
+                format!(
+                    "hostname {host}/threads is bound to env a{i} at epoch {held}, not b{i} — register with a higher epoch to displace"
+                )
+                .as_str()
+            )
+        );
+        let r = register(&format!("b{i}"), &host, &format!("b{i}"), above);
+        assert_eq!(r.status, 200, "{above} displaces {held}: {}", r.text());
+    }
+    // 2^64 - 1 is the largest epoch; past it, no integer the node takes.
+    let r = register("c", "h3", "c", "18446744073709551615");
+    assert_eq!(r.status, 409, "{}", r.text());
+    let r = register("c", "h3", "c", "18446744073709551616");
+    assert_eq!(r.status, 400, "{}", r.text());
+}

@@ -88,6 +88,9 @@ pub(super) const KEYS: &[Key] = &[
     key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),
     key!(passport.audience: Option<String> = optional(text_with(non_empty))),
+    // At most 1024: each namespace is a list key every bucket call of the worker declares.
+    key!(registry.max_namespaces_per_worker: usize = whole(1, 1024)),
+    key!(registry.max_instances_per_register: usize = whole(0, 10_000_000)),
     key!(http.header_timeout_ms: u64 = whole(1, MAX_MS)),
     key!(http.idle_timeout_ms: u64 = whole(1, MAX_MS)),
     // At most 64 KiB: the head parser panics on a header name of 64 KiB or more (the `http`

@@ -110,6 +110,8 @@ pub struct Config {
     /// Where the access log goes: unset, standard output; set, this file (appended to, and
     /// reopened on `SIGUSR1`).
     pub access_log_path: Option<PathBuf>,
+    /// What one registration may ask for.
+    pub registry: RegistryLimits,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
     pub http: HttpLimits,
     /// The listener's certificate pair: set, the listener speaks HTTPS only.
@@ -237,6 +239,18 @@ pub struct NamespaceRule {
     pub scopes: Vec<String>,
 }
 
+/// What one registration may ask for: the bounds that keep every registry script call of a
+/// worker short, whatever the worker sends (`SECURITY.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegistryLimits {
+    /// Namespaces one registration may serve, 1–1024: past it 400. Default 64. Each is a
+    /// namespace list the worker's copy joins in every bucket.
+    pub max_namespaces_per_worker: usize,
+    /// Held ids one registration may list in `instances` (all namespaces together),
+    /// 0–10000000: past it 400. Default 100000. They are reclaimed 1,000 per script call.
+    pub max_instances_per_register: usize,
+}
+
 /// Limits of the HTTP front end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpLimits {
@@ -312,6 +326,10 @@ impl Default for Config {
             log_format: LogFormat::Text,
             access_log: AccessLogFormat::Off,
             access_log_path: None,
+            registry: RegistryLimits {
+                max_namespaces_per_worker: 64,
+                max_instances_per_register: 100_000,
+            },
             http: HttpLimits {
                 header_timeout_ms: 10_000,
                 idle_timeout_ms: 75_000,
@@ -639,6 +657,10 @@ audience = "pinboard"
 [namespaces."/threads"]
 scopes = ["threads:read", "threads:write"]
 
+[registry]
+max_namespaces_per_worker = 8
+max_instances_per_register = 500
+
 [http]
 header_timeout_ms = 1000
 idle_timeout_ms = 2000
@@ -691,6 +713,10 @@ write_timeout_ms = 3000
             log_format: LogFormat::Json,
             access_log: AccessLogFormat::Json,
             access_log_path: None,
+            registry: RegistryLimits {
+                max_namespaces_per_worker: 8,
+                max_instances_per_register: 500,
+            },
             http: HttpLimits {
                 header_timeout_ms: 1_000,
                 idle_timeout_ms: 2_000,
@@ -810,6 +836,8 @@ write_timeout_ms = 3000
             ),
             ("PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS", &keys),
             ("PINBOARD_PASSPORT__ISSUER", "https://issuer.example"),
+            ("PINBOARD_REGISTRY__MAX_NAMESPACES_PER_WORKER", "8"),
+            ("PINBOARD_REGISTRY__MAX_INSTANCES_PER_REGISTER", "500"),
             ("PINBOARD_PASSPORT__AUDIENCE", "pinboard"),
             ("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "1000"),
             ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "2000"),

@@ -380,9 +380,22 @@ async fn worker_stats(session: &Session, tls: &ClientTls) -> Value {
             if let Some(Value::Array(list)) = stats.get_mut("namespaces") {
                 list.retain(|ns| ns.as_str().is_some_and(visible));
             }
-            if let Some(Value::Object(instances)) = stats.get_mut("instances") {
-                instances.retain(|ns, _| visible(ns));
-            }
+            // The worker's count covers every namespace it serves: restated over the visible
+            // ones, or dropped when the ids are not listed.
+            let count: Option<usize> = match stats.get_mut("instances") {
+                Some(Value::Object(instances)) => {
+                    instances.retain(|ns, _| visible(ns));
+                    instances
+                        .values()
+                        .map(|ids| ids.as_array().map(Vec::len))
+                        .sum()
+                }
+                _ => None,
+            };
+            match count {
+                Some(count) => stats.insert("instanceCount".into(), count.into()),
+                None => stats.remove("instanceCount"),
+            };
             entry["stats"] = Value::Object(stats);
         }
         Err(reason) => {

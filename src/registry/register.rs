@@ -15,6 +15,7 @@ use super::probe::{Probe, probe};
 use super::{account_of, claim_of};
 use super::{drain_secs_left, new_session_id};
 use crate::answers::{self, Act, Handled, REGISTER_BODY_LIMIT, unknown_session};
+use crate::config::RegistryLimits;
 use crate::http::{Request, Response, WorkerAddr, read_json};
 use crate::names::valid_namespace;
 use crate::node::Core;
@@ -57,7 +58,7 @@ pub async fn register(
     let body: RegisterRequest = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
     act.about = Some(body.client_id.clone());
     let config = &core.shared.config;
-    let (mut s, registration) = validate(body, config.hostname_aware)?;
+    let (mut s, registration) = validate(body, config.hostname_aware, &config.registry)?;
     let Registration {
         advertise,
         challenge,
@@ -226,10 +227,12 @@ struct Registration {
     epoch: u64,
 }
 
-/// Applies the field rules (400s), in single or hostname-aware mode.
+/// Applies the field rules (400s), in single or hostname-aware mode, and the registration
+/// bounds of `limits`.
 fn validate(
     body: RegisterRequest,
     hostname_aware: bool,
+    limits: &RegistryLimits,
 ) -> Result<(Session, Registration), Response> {
     let expected = || answers::bad_request(&format!("expected {SHAPE}"));
     // Every JSON number reads as an f64.
@@ -248,6 +251,10 @@ fn validate(
             "secret must be at least {MIN_SECRET} bytes"
         )));
     }
+    // It is sent back to the worker in the probe's `Pinboard-Proxy-Secret` header.
+    if !body.secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(answers::bad_request("secret must be visible ASCII"));
+    }
     if let Some(ns) = body.namespaces.iter().find(|ns| !valid_namespace(ns)) {
         return Err(answers::bad_request(&format!("invalid namespace: {ns}")));
     }
@@ -258,6 +265,13 @@ fn validate(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
+    let max = limits.max_namespaces_per_worker;
+    if namespaces.len() > max {
+        return Err(answers::bad_request(&format!(
+            "too many namespaces: {} (registry.max_namespaces_per_worker is {max})",
+            namespaces.len()
+        )));
+    }
     let registered = |ns: &String| -> Result<(), Response> {
         if namespaces.contains(ns) {
             Ok(())
@@ -304,6 +318,13 @@ fn validate(
         (None, None, BTreeMap::new(), None)
     };
     let instances = body.instances.unwrap_or_default();
+    let held: usize = instances.values().map(Vec::len).sum();
+    let max = limits.max_instances_per_register;
+    if held > max {
+        return Err(answers::bad_request(&format!(
+            "too many instances: {held} (registry.max_instances_per_register is {max})"
+        )));
+    }
     for ns in instances.keys() {
         registered(ns)?;
     }

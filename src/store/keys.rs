@@ -43,6 +43,9 @@ pub struct BucketKeys {
     /// Hash: sessionId → `{expiry ms} {hostname}`, what a steady resolve reads of an owner
     /// (its liveness, and its hostname in hostname-aware mode) without decoding its copy.
     pub alive: String,
+    /// Hash: sessionId → JSON list of the `{hostname}{ns}` namespace lists its copy is a
+    /// member of (read by `bucket_worker.lua` only: the copy a resolve decodes holds none).
+    pub memberships: String,
     /// The bucket's cold-start stamp (ms), set by its first resolve.
     pub boot_time: String,
     /// The bucket's placement epoch counter.
@@ -61,6 +64,7 @@ impl Keys {
                 .map(|b| BucketKeys {
                     workers: format!("{b}workers"),
                     alive: format!("{b}alive"),
+                    memberships: format!("{b}memberships"),
                     boot_time: format!("{b}boot_time"),
                     epoch: format!("{b}epoch"),
                 })
@@ -163,7 +167,7 @@ impl Keys {
         KeyName::concat(&[&self.buckets[bucket as usize], "nsw:", hostname, ns])
     }
 
-    /// The same list by its name, `{hostname}{ns}` ([`super::BucketCopy::list_names`]).
+    /// The same list by its name, `{hostname}{ns}` ([`super::Session::list_names`]).
     pub fn nsw_named(&self, bucket: u32, name: &str) -> KeyName {
         KeyName::concat(&[&self.buckets[bucket as usize], "nsw:", name])
     }
@@ -225,6 +229,7 @@ mod tests {
             keys.wake(3, "e", "/a").to_string(),
             keys.bucket(3).epoch.clone(),
             keys.bucket(3).alive.clone(),
+            keys.bucket(3).memberships.clone(),
             keys.bucket(3).boot_time.clone(),
         ] {
             assert_eq!(slot(&key), slot("{3}"), "{key}");

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -356,7 +356,9 @@ impl Store {
         operator_draining: bool,
         reclaim: Option<&Reclaim<'_>>,
     ) -> Result<BucketOutcome, Error> {
-        let copy = session.bucket_copy(operator_draining);
+        let record = session.bucket_copy(operator_draining).encode();
+        let lists = session.list_names();
+        let membership = serde_json::to_string(&lists).expect("list names serialize");
         let shards = self.keys.shards();
         let mut held: Vec<Vec<(&str, &str, &str)>> = vec![Vec::new(); shards as usize];
         if let Some(r) = reclaim {
@@ -367,29 +369,64 @@ impl Store {
                 }
             }
         }
-        let op = match reclaim {
-            Some(r) => BucketOp::Put {
-                replaces: r.replaces.unwrap_or(""),
-                prev: r.prev_session.unwrap_or(""),
-            },
-            None => BucketOp::Renew,
+        let (op, prev) = match reclaim {
+            Some(r) => {
+                let prev = r.prev_session.unwrap_or("");
+                let replaces = r.replaces.unwrap_or("");
+                (BucketOp::Put { replaces, prev }, prev)
+            }
+            None => (BucketOp::Renew, ""),
         };
-        let calls = (0..shards).map(|b| {
-            let call = BucketCall {
-                bucket: b,
-                op,
-                session_id: &session.session_id,
-                copy: &copy,
-                held: &held[b as usize],
-            };
-            async move { self.bucket_worker(&call).await }
-        });
+        let copy = CopyWrite {
+            session_id: &session.session_id,
+            record: &record,
+            membership: &membership,
+            lists: &lists,
+        };
+        let calls = (0..shards).map(|b| self.write_copy(b, op, prev, &copy, &held[b as usize]));
         let mut total = BucketOutcome::default();
         for outcome in join_all(calls).await {
-            let outcome = outcome?;
-            total.duplicates.extend(outcome.duplicates);
-            total.wind_downs.extend(outcome.wind_downs);
-            total.healed += outcome.healed;
+            total.add(outcome?);
+        }
+        Ok(total)
+    }
+
+    /// One bucket's share of [`Store::put_everywhere`], a page per script call: the copy with
+    /// the first page of its lists (and, registering, of its held ids), then the other pages
+    /// of lists to join, then those of ids to reclaim from `prev`. However many namespaces or
+    /// ids a worker sends, no call holds Redis for more than a page's work.
+    async fn write_copy(
+        &self,
+        bucket: u32,
+        first: BucketOp<'_>,
+        prev: &str,
+        copy: &CopyWrite<'_>,
+        held: &[(&str, &str, &str)],
+    ) -> Result<BucketOutcome, Error> {
+        let mut lists = copy.lists.chunks(SCRIPT_PAGE);
+        let mut held = held.chunks(SCRIPT_PAGE);
+        let call = |op, join, held| BucketCall {
+            bucket,
+            op,
+            session_id: copy.session_id,
+            record: copy.record,
+            membership: copy.membership,
+            join,
+            held,
+        };
+        let first_held = match first {
+            BucketOp::Put { .. } => held.next().unwrap_or_default(),
+            _ => &[],
+        };
+        let mut total = self
+            .bucket_worker(&call(first, lists.next().unwrap_or_default(), first_held))
+            .await?;
+        for page in lists {
+            total.add(self.bucket_worker(&call(BucketOp::Join, page, &[])).await?);
+        }
+        for page in held {
+            let reclaim = BucketOp::Reclaim { prev };
+            total.add(self.bucket_worker(&call(reclaim, &[], page)).await?);
         }
         Ok(total)
     }
@@ -446,13 +483,14 @@ impl Store {
 
     /// A drop of `session_id`'s copy, or the prune, in every bucket at once.
     async fn in_every_bucket(&self, op: BucketOp<'_>, session_id: &str) -> Result<(), Error> {
-        let copy = BucketCopy::default();
         let calls = (0..self.keys.shards()).map(|b| {
             let call = BucketCall {
                 bucket: b,
                 op,
                 session_id,
-                copy: &copy,
+                record: "",
+                membership: "",
+                join: &[],
                 held: &[],
             };
             async move { self.bucket_worker(&call).await }
@@ -461,6 +499,50 @@ impl Store {
             outcome?;
         }
         Ok(())
+    }
+
+    /// The namespace lists of the copies a call may drop, as the bucket records them: every
+    /// copy's (`None`: a registration's or the mirror poll's prune) or one session's.
+    async fn member_lists(
+        &self,
+        bucket: &BucketKeys,
+        session: Option<&str>,
+    ) -> Result<Vec<String>, Error> {
+        let (copies, entries) = match session {
+            // One `HVALS` each: a bucket holds one copy per worker session (tombstones and
+            // expired copies until pruned), not one per placement.
+            None => {
+                join(
+                    self.redis.cmd(&[b"HVALS", bucket.workers.as_bytes()]),
+                    self.redis.cmd(&[b"HVALS", bucket.memberships.as_bytes()]),
+                )
+                .await
+            }
+            Some(id) => {
+                join(
+                    self.redis
+                        .cmd(&[b"HGET", bucket.workers.as_bytes(), id.as_bytes()]),
+                    self.redis
+                        .cmd(&[b"HGET", bucket.memberships.as_bytes(), id.as_bytes()]),
+                )
+                .await
+            }
+        };
+        let (copies, entries) = (copies?, entries?);
+        fn values(reply: &Reply) -> impl Iterator<Item = &[u8]> {
+            let many = reply.as_array().unwrap_or_default().iter();
+            many.filter_map(Reply::as_bytes).chain(reply.as_bytes())
+        }
+        let mut names: Vec<String> = values(&entries)
+            .filter_map(|raw| serde_json::from_slice::<Vec<String>>(raw).ok())
+            .flatten()
+            .collect();
+        names.extend(
+            values(&copies)
+                .filter_map(|raw| BucketCopy::decode(raw).ok())
+                .flat_map(|copy| copy.legacy_list_names()),
+        );
+        Ok(names)
     }
 
     /// One bucket's `bucket_worker.lua`. The namespace lists of the copies it may drop are
@@ -472,6 +554,8 @@ impl Store {
         let (op, prune, replaces, prev) = match call.op {
             BucketOp::Put { replaces, prev } => ("put", "prune", replaces, prev),
             BucketOp::Renew => ("renew", "", "", ""),
+            BucketOp::Join => ("join", "", "", ""),
+            BucketOp::Reclaim { prev } => ("reclaim", "", "", prev),
             BucketOp::Drop => ("drop", "", "", ""),
             BucketOp::Prune => ("prune", "prune", "", ""),
         };
@@ -481,45 +565,20 @@ impl Store {
             let next = placements.len();
             placements.entry((env, ns)).or_insert(next);
         }
-        let record = match call.op {
-            BucketOp::Drop | BucketOp::Prune => String::new(),
-            _ => call.copy.encode(),
-        };
+        let joined = serde_json::to_string(call.join).expect("list names serialize");
         for _ in 0..STALE_RETRIES {
-            // The lists this call may touch: the copy's own, and those of every copy in the
+            // The lists this call may touch: those it joins, and those of every copy in the
             // bucket it may drop (all of them when it prunes, else the named sessions').
-            let mut names: Vec<String> = call.copy.list_names().collect();
-            let others: Vec<BucketCopy> = match call.op {
+            let mut names: Vec<String> = call.join.to_vec();
+            match call.op {
                 BucketOp::Put { .. } | BucketOp::Prune => {
-                    // One `HVALS`: a bucket's copies are one per worker session (tombstones
-                    // and expired copies until pruned), not one per placement.
-                    let all = self
-                        .redis
-                        .cmd(&[b"HVALS", bucket.workers.as_bytes()])
-                        .await?;
-                    all.as_array()
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(|raw| BucketCopy::decode(raw.as_bytes()?).ok())
-                        .collect()
+                    names.extend(self.member_lists(bucket, None).await?);
                 }
                 BucketOp::Drop => {
-                    let own = self
-                        .redis
-                        .cmd(&[
-                            b"HGET",
-                            bucket.workers.as_bytes(),
-                            call.session_id.as_bytes(),
-                        ])
-                        .await?;
-                    own.as_bytes()
-                        .and_then(|raw| BucketCopy::decode(raw).ok())
-                        .into_iter()
-                        .collect()
+                    names.extend(self.member_lists(bucket, Some(call.session_id)).await?);
                 }
-                BucketOp::Renew => Vec::new(),
-            };
-            names.extend(others.iter().flat_map(BucketCopy::list_names));
+                BucketOp::Renew | BucketOp::Join | BucketOp::Reclaim { .. } => {}
+            }
             names.sort();
             names.dedup();
             let lists: Vec<KeyName> = names
@@ -530,10 +589,14 @@ impl Store {
                 .keys()
                 .map(|(env, ns)| keys.placements(call.bucket, env, ns))
                 .collect();
-            let mut declared: Vec<&[u8]> = vec![bucket.workers.as_bytes(), bucket.alive.as_bytes()];
+            let mut declared: Vec<&[u8]> = vec![
+                bucket.workers.as_bytes(),
+                bucket.alive.as_bytes(),
+                bucket.memberships.as_bytes(),
+            ];
             declared.extend(lists.iter().map(|k| k.as_bytes()));
             declared.extend(placement_keys.iter().map(|k| k.as_bytes()));
-            let first_placements = 3 + lists.len();
+            let first_placements = 4 + lists.len();
             let held: Vec<(usize, &str, &str)> = call
                 .held
                 .iter()
@@ -541,16 +604,18 @@ impl Store {
                 .collect();
             let held = serde_json::to_string(&held).expect("held ids serialize");
             let names = serde_json::to_string(&names).expect("list names serialize");
-            let args: [&[u8]; 9] = [
+            let args: [&[u8]; 11] = [
                 op.as_bytes(),
                 call.session_id.as_bytes(),
-                record.as_bytes(),
+                call.record.as_bytes(),
                 self.lease.as_bytes(),
                 prune.as_bytes(),
                 replaces.as_bytes(),
                 prev.as_bytes(),
                 held.as_bytes(),
                 names.as_bytes(),
+                call.membership.as_bytes(),
+                joined.as_bytes(),
             ];
             let outcome: BucketOutcome = self.run(&BUCKET_WORKER, &declared, &args).await?;
             if !outcome.stale {
@@ -709,17 +774,39 @@ enum BucketOp<'a> {
         prev: &'a str,
     },
     Renew,
+    /// A further page of the copy's lists to join.
+    Join,
+    /// A further page of held ids to reclaim from `prev`.
+    Reclaim {
+        prev: &'a str,
+    },
     Drop,
     /// The mirror poll's: only the prune of copies dead for more than a lease.
     Prune,
+}
+
+/// A session's copy as [`Store::put_everywhere`] writes it in each bucket.
+struct CopyWrite<'a> {
+    session_id: &'a str,
+    /// The copy (JSON).
+    record: &'a str,
+    /// Its membership entry: JSON of `lists`.
+    membership: &'a str,
+    /// Every namespace list it joins.
+    lists: &'a [String],
 }
 
 struct BucketCall<'a> {
     bucket: u32,
     op: BucketOp<'a>,
     session_id: &'a str,
-    copy: &'a BucketCopy,
-    /// (env, ns, id) held in this bucket, to reclaim.
+    /// The copy (JSON) a put or renew writes; empty otherwise.
+    record: &'a str,
+    /// The copy's membership entry a put or renew writes; empty otherwise.
+    membership: &'a str,
+    /// The lists this call joins (a page).
+    join: &'a [String],
+    /// (env, ns, id) held in this bucket, to reclaim (a page).
     held: &'a [(&'a str, &'a str, &'a str)],
 }
 
@@ -737,6 +824,14 @@ pub struct BucketOutcome {
     pub healed: usize,
     #[serde(default)]
     stale: bool,
+}
+
+impl BucketOutcome {
+    fn add(&mut self, other: BucketOutcome) {
+        self.duplicates.extend(other.duplicates);
+        self.wind_downs.extend(other.wind_downs);
+        self.healed += other.healed;
+    }
 }
 
 fn healed<'de, D: serde::Deserializer<'de>>(de: D) -> Result<usize, D::Error> {

@@ -58,14 +58,18 @@ impl Session {
             headroom: self.headroom,
             draining: self.draining || operator_draining,
             degraded: self.degraded_since.is_some(),
-            namespaces: self.namespaces.clone(),
             hostname: self.hostname.clone(),
-            env: self.env.clone(),
-            envs: self.envs.clone(),
             advertise_url: self.advertise_url.clone(),
             secret: self.secret.clone(),
             dropped: false,
+            namespaces: Vec::new(),
         }
+    }
+
+    /// The `{hostname}{ns}` name of each namespace list this session's copies are members of
+    /// (`hostname` is `""` in single mode), as the bucket's membership entry records them.
+    pub fn list_names(&self) -> Vec<String> {
+        list_names(self.hostname.as_deref(), &self.namespaces)
     }
 
     pub fn decode(raw: &[u8]) -> Result<Session, serde_json::Error> {
@@ -77,8 +81,10 @@ impl Session {
     }
 }
 
-/// A worker's copy in one bucket's `workers` hash. A dropped session leaves a tombstone
-/// (`dropped`, expired, no namespaces) for a lease, so that a heartbeat racing the drop cannot
+/// A worker's copy in one bucket's `workers` hash: what a resolve reads of it, no namespace
+/// list (a resolve decodes the copies of a namespace's workers; the lists a copy is a member
+/// of are its membership entry, read by `bucket_worker.lua` only). A dropped session leaves a
+/// tombstone (`dropped`, expired) for a lease, so that a heartbeat racing the drop cannot
 /// write the copy back; the tombstone is pruned like any dead copy.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -90,20 +96,18 @@ pub struct BucketCopy {
     pub draining: bool,
     #[serde(default)]
     pub degraded: bool,
-    #[serde(default, deserialize_with = "lua_list")]
-    pub namespaces: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<String>,
-    #[serde(default)]
-    pub envs: BTreeMap<String, String>,
     #[serde(default)]
     pub advertise_url: String,
     #[serde(default)]
     pub secret: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dropped: bool,
+    /// Read, never written: a copy written before membership entries existed (by an older
+    /// node, until its worker's next heartbeat rewrites it) names its namespaces itself.
+    #[serde(default, skip_serializing, deserialize_with = "lua_list")]
+    pub namespaces: Vec<String>,
 }
 
 impl BucketCopy {
@@ -115,13 +119,19 @@ impl BucketCopy {
         serde_json::to_string(self).expect("a bucket copy serializes")
     }
 
-    /// The `{hostname}{ns}` name of each namespace list this copy is a member of.
-    pub fn list_names(&self) -> impl Iterator<Item = String> + '_ {
-        let hostname = self.hostname.as_deref().unwrap_or("");
-        self.namespaces
-            .iter()
-            .map(move |ns| format!("{hostname}{ns}"))
+    /// The lists an older copy names itself (see `namespaces`); none for a current one.
+    pub fn legacy_list_names(&self) -> Vec<String> {
+        list_names(self.hostname.as_deref(), &self.namespaces)
     }
+}
+
+/// The `{hostname}{ns}` names of a worker's namespace lists.
+fn list_names(hostname: Option<&str>, namespaces: &[String]) -> Vec<String> {
+    let hostname = hostname.unwrap_or("");
+    namespaces
+        .iter()
+        .map(|ns| format!("{hostname}{ns}"))
+        .collect()
 }
 
 /// A placement row (contract §5): the owner session and the epoch it was placed at; a row
@@ -177,18 +187,18 @@ impl ClientRecord {
     }
 }
 
-/// Hostname-aware: the env a `{hostname}{ns}` is bound to, and the binding epoch.
+/// Hostname-aware: the env a `{hostname}{ns}` is bound to. Stored beside it, the binding
+/// epoch (decimal digits, compared by the scripts only: `prelude.lua`'s `epoch_cmp`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct HostBinding {
     pub env: String,
-    pub epoch: i64,
 }
 
-/// Hostname-aware: the takeover rule an env's workers agreed on, and the binding epoch.
+/// Hostname-aware: the takeover rule an env's workers agreed on (and the binding epoch, as
+/// for [`HostBinding`]).
 #[derive(Clone, Debug, Deserialize)]
 pub struct EnvBinding {
     pub takeover: String,
-    pub epoch: i64,
 }
 
 /// An operator drain of a client, as stored (`deadline` absent for a cordon).
@@ -285,15 +295,36 @@ mod tests {
             br#"{"expiry":1,"dropped":true,"namespaces":{}}"#,
         ] {
             let tombstone = BucketCopy::decode(raw).unwrap();
-            assert!(tombstone.dropped && tombstone.namespaces.is_empty());
+            assert!(tombstone.dropped && tombstone.legacy_list_names().is_empty());
         }
-        let copy = BucketCopy {
+    }
+
+    #[test]
+    fn a_copy_holds_no_namespace_list() {
+        let session = Session {
+            session_id: "s".into(),
+            client_id: "c".into(),
+            account: "a".into(),
+            secret: "k".repeat(16),
+            advertise_url: "http://127.0.0.1:1".into(),
             namespaces: vec!["/a".into(), "/b".into()],
             hostname: Some("h.example".into()),
-            ..BucketCopy::default()
+            env: Some("e".into()),
+            envs: BTreeMap::from([("/b".into(), "f".into())]),
+            takeover: None,
+            headroom: 1.0,
+            draining: false,
+            degraded_since: None,
+            expiry: 5,
         };
-        let names: Vec<String> = copy.list_names().collect();
-        assert_eq!(names, ["h.example/a", "h.example/b"]);
-        assert!(!copy.encode().contains("dropped"));
+        assert_eq!(session.list_names(), ["h.example/a", "h.example/b"]);
+        let copy = session.bucket_copy(false).encode();
+        for absent in ["namespaces", "envs", "/a", "dropped"] {
+            assert!(!copy.contains(absent), "{absent} in {copy}");
+        }
+        // An older node's copy still says which lists it is in.
+        let legacy =
+            BucketCopy::decode(br#"{"expiry":1,"hostname":"h","namespaces":["/a"]}"#).unwrap();
+        assert_eq!(legacy.legacy_list_names(), ["h/a"]);
     }
 }
