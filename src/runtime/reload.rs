@@ -121,15 +121,22 @@ impl Reader {
                 // The reload thread may have stopped waiting: then the result is dropped.
                 let _ = done.send(read());
             });
-        match spawned {
-            Ok(handle) => self.last = Some(handle),
+        let handle = match spawned {
+            Ok(handle) => handle,
             Err(e) => return Read::Failed(e.to_string()),
-        }
-        match result.recv_timeout(limit) {
+        };
+        let read = match result.recv_timeout(limit) {
             Ok(value) => Read::Done(value),
-            Err(RecvTimeoutError::Timeout) => Read::TimedOut,
+            Err(RecvTimeoutError::Timeout) => {
+                // Kept: no other read starts until this one returns.
+                self.last = Some(handle);
+                return Read::TimedOut;
+            }
             Err(RecvTimeoutError::Disconnected) => Read::Failed("the read panicked".into()),
-        }
+        };
+        // It has answered (or panicked): only its return is left to wait for.
+        let _ = handle.join();
+        read
     }
 }
 
