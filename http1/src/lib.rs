@@ -27,7 +27,7 @@ pub use client::{Answer, WorkerAddr, fetch};
 pub use driver::DriverKind;
 pub use head::{Framing, HeadDecoder, HeadError};
 pub use json::read_json;
-pub use path::remove_dot_segments;
+pub use path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};

@@ -6,6 +6,12 @@
 //! instance than the one Pinboard placed: framing and identity are decided here, never again
 //! downstream. `%2e` counts as a dot (RFC 3986 §2.3: an encoded unreserved character is the
 //! character).
+//!
+//! An instance's path below `{id}` must also say the same thing to every server that reads it:
+//! [`splits_when_decoded`] finds what a server decoding before it routes (uvicorn does: its
+//! `scope["path"]` is decoded) would read as other segments than the node did, `%2F` turning
+//! `..%2F..%2Fadmin` into `../../admin`. The node refuses such a path and so do both worker
+//! libraries.
 
 use std::borrow::Cow;
 
@@ -44,6 +50,21 @@ pub fn remove_dot_segments(path: &str) -> Cow<'_, str> {
     Cow::Owned(clean)
 }
 
+/// Whether `path`, once percent-decoded, holds other segments than it shows: a dot segment
+/// (`.`, `..`, either spelled with `%2e`), an encoded `/` (`%2F`) or a `\` (`%5C` or as is,
+/// which some servers take for `/`). Any case of the hex digits.
+pub fn splits_when_decoded(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let encoded_separator = memchr::memchr2_iter(b'%', b'\\', bytes).any(|at| {
+        bytes[at] == b'\\'
+            || matches!(
+                bytes.get(at + 1..at + 3),
+                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C'])
+            )
+    });
+    encoded_separator || path.split('/').any(|seg| dots(seg) > 0)
+}
+
 /// 1 for `.`, 2 for `..` (either spelled with `%2e`, in any case), 0 for any other segment.
 fn dots(seg: &str) -> u8 {
     let seg = seg.as_bytes();
@@ -65,7 +86,7 @@ fn dots(seg: &str) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use super::remove_dot_segments;
+    use super::{remove_dot_segments, splits_when_decoded};
 
     #[test]
     fn dot_segments_are_removed() {
@@ -96,5 +117,38 @@ mod tests {
             remove_dot_segments("/threads/abc"),
             std::borrow::Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn what_splits_when_decoded() {
+        for plain in [
+            "",
+            "/",
+            "/x",
+            "/x/y.z/...",
+            "/a%20b/%41",
+            "/.well-known/x",
+            "/a%2",
+            "/a%",
+            "/a%25%32%46",
+            "/%2e%2e%2e",
+        ] {
+            assert!(!splits_when_decoded(plain), "{plain:?}");
+        }
+        for split in [
+            "/..%2F..%2Fadmin%2Fsecret",
+            "/a%2fb",
+            "/a%5Cb",
+            "/a%5cb",
+            "/a\\b",
+            "/..",
+            "/.",
+            "/x/%2e%2E/y",
+            "/x/.%2e",
+            "/x/./",
+            "%2F",
+        ] {
+            assert!(splits_when_decoded(split), "{split:?}");
+        }
     }
 }

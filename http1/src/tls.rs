@@ -2,11 +2,14 @@
 //! reloadable while connections stay up) and the trust a client verifies its peer with
 //! ([`ClientTls`]: the system roots plus an operator's CA file), and the two handshakes that
 //! turn an accepted or connected `TcpStream` into a [`Transport`]. No sockets are opened here.
+//! PEM files are read only when regular files ([`open_regular_file`]).
 //!
 //! rustls 0.23 with the ring provider, driven on monoio by monoio-rustls; TLS 1.2 and 1.3.
 
 use std::fmt;
-use std::io;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -81,11 +84,15 @@ impl ServerTls {
         })
     }
 
-    /// Reads the pair again from the same paths. On an error the pair in use stays.
-    pub fn reload(&self) -> Result<(), TlsSetupError> {
-        let config = server_config(&self.cert, &self.key, &self.ticketer)?;
-        self.current.store(Arc::new(config));
-        Ok(())
+    /// Reads the pair again from the same paths, for [`ServerTls::present`]. Blocking (file
+    /// IO): off any event loop, and bounded by the caller (a file on a hung mount).
+    pub fn read_again(&self) -> Result<LoadedPair, TlsSetupError> {
+        server_config(&self.cert, &self.key, &self.ticketer).map(LoadedPair)
+    }
+
+    /// Later handshakes present `pair`.
+    pub fn present(&self, pair: LoadedPair) {
+        self.current.store(Arc::new(pair.0));
     }
 
     /// The server side of the handshake on an accepted connection.
@@ -96,13 +103,40 @@ impl ServerTls {
     }
 }
 
+/// A certificate pair read and checked, not yet presented.
+pub struct LoadedPair(ServerConfig);
+
+/// `path` opened for reading only when it is a regular file (after symlinks): a FIFO or a
+/// device in place of a PEM file is an error naming it, never a read that blocks. Opened
+/// non-blocking, so that opening a FIFO with no writer does not wait for one.
+pub fn open_regular_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if file.metadata()?.is_file() {
+        Ok(file)
+    } else {
+        Err(io::Error::other("not a regular file"))
+    }
+}
+
+/// The bytes of a PEM file, named in the error.
+fn read_pem(path: &Path, file: PemFile) -> Result<Vec<u8>, TlsSetupError> {
+    let mut bytes = Vec::new();
+    open_regular_file(path)
+        .and_then(|mut opened| opened.read_to_end(&mut bytes))
+        .map_err(|e| fail(file, format!("{}: {e}", path.display())))?;
+    Ok(bytes)
+}
+
 fn server_config(
     cert: &Path,
     key: &Path,
     ticketer: &Arc<dyn ProducesTickets>,
 ) -> Result<ServerConfig, TlsSetupError> {
     let chain = certificates(cert, PemFile::Certificate)?;
-    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+    let key_der = PrivateKeyDer::from_pem_slice(&read_pem(key, PemFile::Key)?).map_err(|e| {
         fail(
             PemFile::Key,
             format!("{}: {}", key.display(), pem_reason(&e, "private key")),
@@ -126,8 +160,8 @@ fn server_config(
 
 /// Every certificate in a PEM file; none at all is an error.
 fn certificates(path: &Path, file: PemFile) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
-    let chain = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let chain = CertificateDer::pem_slice_iter(&read_pem(path, file)?)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| {
             fail(
                 file,
@@ -145,7 +179,6 @@ fn certificates(path: &Path, file: PemFile) -> Result<Vec<CertificateDer<'static
 
 fn pem_reason(e: &rustls_pki_types::pem::Error, what: &str) -> String {
     match e {
-        rustls_pki_types::pem::Error::Io(io) => io.to_string(),
         rustls_pki_types::pem::Error::NoItemsFound => format!("no PEM {what} in it"),
         other => format!("not a PEM {what}: {other:?}"),
     }
@@ -236,4 +269,25 @@ pub fn tls_failure(error: &io::Error) -> Option<TlsFailure> {
         rustls::Error::InvalidMessage(_) => TlsFailure::NotTls,
         _ => TlsFailure::Other,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_regular_file;
+
+    #[test]
+    fn only_a_regular_file_opens_and_a_fifo_never_waits() {
+        let dir = std::env::temp_dir().join(format!("pinboard-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, fifo) = (dir.join("key.pem"), dir.join("fifo.pem"));
+        std::fs::write(&file, "pem").unwrap();
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        assert!(open_regular_file(&file).is_ok());
+        for refused in [&fifo, &dir, std::path::Path::new("/dev/null")] {
+            let e = open_regular_file(refused).unwrap_err();
+            assert_eq!(e.to_string(), "not a regular file", "{}", refused.display());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

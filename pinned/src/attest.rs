@@ -3,8 +3,8 @@
 //!
 //! Written out by hand rather than through a JWT library because the rules are narrow and
 //! exact: header `{"alg":"HS256","typ":"pinboard+jwt"}`, HMAC-SHA256 under the worker's own
-//! secret, `aud` equal to its current session, and `iat`/`exp` both required and judged with
-//! 30 s of clock skew. A general-purpose validator would need each of these switched on and
+//! secret, `aud` equal to its current session, and `iat`/`exp` both required, integers from 0
+//! to 2^63 - 1, and judged with 30 s of clock skew. A general-purpose validator would need each of these switched on and
 //! would still not check `typ` or a future `iat`.
 //!
 //! A token is also bound to what it is for (contract §11): its `purpose` (`forward`, `wake`,
@@ -108,7 +108,16 @@ pub fn verify(
     if !audience_ok {
         return Err(Invalid::Audience);
     }
-    let time = |key: &str| claims.get(key).map(|v| v.as_f64().ok_or(Invalid::Claims));
+    // A NumericDate is an integer from 0 to 2^63 - 1, as Pinboard mints them (the Python
+    // library takes the same): `1.5`, `1e400`, `true`, a string or a negative is malformed.
+    let time = |key: &str| {
+        claims.get(key).map(|v| {
+            v.as_i64()
+                .filter(|t| *t >= 0)
+                .map(|t| t as f64)
+                .ok_or(Invalid::Claims)
+        })
+    };
     let iat = time("iat").ok_or(Invalid::Claims)??;
     let exp = time("exp").ok_or(Invalid::Claims)??;
     if exp + SKEW_SECS < now {
@@ -175,7 +184,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) const SECRET: &str = "0123456789abcdef0123456789abcdef";
-    const NOW: f64 = 1_700_000_000.0;
+    const NOW: u64 = 1_700_000_000;
 
     /// An attestation as Pinboard mints it, through an independent JWT implementation.
     pub(crate) fn mint_with(alg: Algorithm, typ: &str, secret: &str, claims: &Value) -> String {
@@ -195,39 +204,38 @@ pub(crate) mod tests {
     pub(crate) fn mint_forward(secret: &str, aud: &str, inst: &str, epoch: &str) -> String {
         let iat = now();
         let claims = json!({
-            "aud": aud, "iat": iat, "exp": iat + 30.0,
+            "aud": aud, "iat": iat, "exp": iat + 30,
             "purpose": "forward", "inst": inst, "epoch": epoch,
         });
         mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
     }
 
-    fn now() -> f64 {
+    fn now() -> u64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .as_secs_f64()
-            .floor()
+            .as_secs()
     }
 
     fn check(token: &str) -> Result<Attestation, Invalid> {
-        verify(token, SECRET.as_bytes(), "sess-1", NOW).map(|(_, attestation)| attestation)
+        verify(token, SECRET.as_bytes(), "sess-1", NOW as f64).map(|(_, attestation)| attestation)
     }
 
     #[test]
     fn a_good_token_yields_its_claims() {
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64, "stats")),
+            check(&mint(SECRET, "sess-1", NOW, "stats")),
             Ok(Attestation::default())
         );
         let claims = json!({
-            "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "forward",
+            "aud": "sess-1", "iat": NOW, "exp": NOW + 30, "purpose": "forward",
             "inst": "/threads/b", "epoch": "17",
             "caller": "/threads/a", "depth": 2,
             "acct": { "sub": "alice", "claims": { "plan": "pro" } },
         });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
         assert_eq!(
-            verify(&token, SECRET.as_bytes(), "sess-1", NOW),
+            verify(&token, SECRET.as_bytes(), "sess-1", NOW as f64),
             Ok((
                 Binding {
                     purpose: Purpose::Forward,
@@ -246,10 +254,10 @@ pub(crate) mod tests {
     #[test]
     fn purpose_is_required_and_known() {
         for claims in [
-            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0 }),
-            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "admin" }),
-            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": 1 }),
-            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0, "purpose": "forward", "inst": 5 }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30 }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30, "purpose": "admin" }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30, "purpose": 1 }),
+            json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30, "purpose": "forward", "inst": 5 }),
         ] {
             let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
             assert_eq!(check(&token), Err(Invalid::Claims), "{claims}");
@@ -260,14 +268,14 @@ pub(crate) mod tests {
     fn wrong_secret_or_audience_is_refused() {
         let other = "another-secret-another-secret-00";
         assert_eq!(
-            check(&mint(other, "sess-1", NOW as u64, "stats")),
+            check(&mint(other, "sess-1", NOW, "stats")),
             Err(Invalid::Signature)
         );
         assert_eq!(
-            check(&mint(SECRET, "sess-0", NOW as u64, "stats")),
+            check(&mint(SECRET, "sess-0", NOW, "stats")),
             Err(Invalid::Audience)
         );
-        let no_aud = json!({ "iat": NOW, "exp": NOW + 30.0, "purpose": "stats" });
+        let no_aud = json!({ "iat": NOW, "exp": NOW + 30, "purpose": "stats" });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &no_aud);
         assert_eq!(check(&token), Err(Invalid::Audience));
     }
@@ -275,17 +283,17 @@ pub(crate) mod tests {
     #[test]
     fn thirty_seconds_of_skew_on_both_ends() {
         // exp = iat + 30: issued 59 s ago expired 29 s ago, within the skew.
-        assert!(check(&mint(SECRET, "sess-1", NOW as u64 - 59, "stats")).is_ok());
+        assert!(check(&mint(SECRET, "sess-1", NOW - 59, "stats")).is_ok());
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64 - 61, "stats")),
+            check(&mint(SECRET, "sess-1", NOW - 61, "stats")),
             Err(Invalid::Expired)
         );
-        assert!(check(&mint(SECRET, "sess-1", NOW as u64 + 29, "stats")).is_ok());
+        assert!(check(&mint(SECRET, "sess-1", NOW + 29, "stats")).is_ok());
         assert_eq!(
-            check(&mint(SECRET, "sess-1", NOW as u64 + 31, "stats")),
+            check(&mint(SECRET, "sess-1", NOW + 31, "stats")),
             Err(Invalid::NotYetValid)
         );
-        let not_before = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 90.0, "nbf": NOW + 60.0, "purpose": "stats" });
+        let not_before = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 90, "nbf": NOW + 60, "purpose": "stats" });
         let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &not_before);
         assert_eq!(check(&token), Err(Invalid::NotYetValid));
     }
@@ -293,9 +301,9 @@ pub(crate) mod tests {
     #[test]
     fn iat_and_exp_are_required() {
         for claims in [
-            json!({ "aud": "sess-1", "exp": NOW + 30.0 }),
+            json!({ "aud": "sess-1", "exp": NOW + 30 }),
             json!({ "aud": "sess-1", "iat": NOW }),
-            json!({ "aud": "sess-1", "iat": "now", "exp": NOW + 30.0 }),
+            json!({ "aud": "sess-1", "iat": "now", "exp": NOW + 30 }),
         ] {
             let token = mint_with(Algorithm::HS256, "pinboard+jwt", SECRET, &claims);
             assert_eq!(check(&token), Err(Invalid::Claims), "{claims}");
@@ -303,8 +311,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_time_is_an_integer_from_zero_to_i64_max() {
+        let signed = |payload: String| {
+            let encode = |text: &str| URL_SAFE_NO_PAD.encode(text);
+            let signing = format!(
+                "{}.{}",
+                encode(r#"{"alg":"HS256","typ":"pinboard+jwt"}"#),
+                encode(&payload)
+            );
+            let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+            mac.update(signing.as_bytes());
+            format!(
+                "{signing}.{}",
+                URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+            )
+        };
+        let with = |iat: &str, exp: &str, nbf: &str| {
+            signed(format!(
+                r#"{{"aud":"sess-1","iat":{iat},"exp":{exp},"nbf":{nbf},"purpose":"stats"}}"#
+            ))
+        };
+        let (iat, exp) = (NOW.to_string(), (NOW + 30).to_string());
+        assert!(check(&with(&iat, &exp, "0")).is_ok(), "the control case");
+        let largest = i64::MAX.to_string();
+        assert!(check(&with(&iat, &largest, &iat)).is_ok());
+        let shared: Vec<String> =
+            serde_json::from_str(include_str!("../tests/data/not-a-numeric-date.json")).unwrap();
+        for bad in &shared {
+            for token in [
+                with(bad, &exp, &iat),
+                with(&iat, bad, &iat),
+                with(&iat, &exp, bad),
+            ] {
+                assert_eq!(check(&token), Err(Invalid::Claims), "{bad}");
+            }
+        }
+    }
+
+    #[test]
     fn header_must_be_hs256_pinboard_jwt() {
-        let claims = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30.0 });
+        let claims = json!({ "aud": "sess-1", "iat": NOW, "exp": NOW + 30 });
         let hs512 = mint_with(Algorithm::HS512, "pinboard+jwt", SECRET, &claims);
         let jwt = mint_with(Algorithm::HS256, "JWT", SECRET, &claims);
         assert_eq!(check(&hs512), Err(Invalid::Header));
@@ -330,7 +376,7 @@ pub(crate) mod tests {
 
     #[test]
     fn garbage_is_malformed() {
-        let good = mint(SECRET, "sess-1", NOW as u64, "stats");
+        let good = mint(SECRET, "sess-1", NOW, "stats");
         let shared: Vec<String> =
             serde_json::from_str(include_str!("../tests/data/not-a-token.json")).unwrap();
         let derived = [format!("{good}.extra"), format!("{good}==")];

@@ -9,7 +9,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderValue, Method, StatusCode};
 use pinboard_http::error::{Error, Origin};
-use pinboard_http::{Handler, Request, Response};
+use pinboard_http::{Handler, Request, Response, splits_when_decoded};
 use pinboard_protocol::Purpose;
 use pinboard_protocol::header::{ATTESTATION, EPOCH, LEASE_UNHEALTHY, PROXY_SECRET, REFUSAL};
 use serde_json::json;
@@ -249,6 +249,12 @@ impl<A: App> Handler for Surface<A> {
             "/_pinned/challenge" => Ok(self.challenge(req)),
             "/_pinned/stats" => Ok(self.stats(req)),
             _ => match split_instance(path, &self.shared.config.namespaces) {
+                // Pinboard never sends such a path; a server in front that decodes would
+                // route it as another (`..%2F..%2Fadmin` as `../../admin`).
+                Some((_, _, rest)) if splits_when_decoded(rest) => Ok(Response::text(
+                    StatusCode::BAD_REQUEST,
+                    "invalid instance path",
+                )),
                 // Mounted only with a durability store (contract §4, §7).
                 Some((_, _, "/_wake")) if self.shared.config.durability.is_none() => {
                     Ok(not_found())
@@ -669,6 +675,25 @@ mod tests {
             w.shared.held.held().len(),
             1,
             "only the control case activated"
+        );
+    }
+
+    #[test]
+    fn a_path_that_splits_when_decoded_is_refused_before_admission() {
+        let w = Serving::registered();
+        let shared: Vec<String> =
+            serde_json::from_str(include_str!("../tests/data/paths-that-split.json")).unwrap();
+        for rest in &shared {
+            // Attested for its own instance and epoch: only the path is wrong.
+            let reply = w.forward(&format!("/threads/a{rest}"), "/threads/a", "7");
+            text(&reply, 400, "invalid instance path");
+        }
+        assert!(w.shared.held.held().is_empty(), "nothing was activated");
+        // Encoded bytes that decode to no separator are the app's.
+        assert_eq!(
+            w.forward("/threads/a/x%20y/%41/a.b", "/threads/a", "7")
+                .status,
+            200
         );
     }
 

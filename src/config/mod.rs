@@ -508,14 +508,11 @@ impl Config {
     }
 }
 
+/// A directory opens on Linux and a FIFO's open would wait for a writer: regular files only.
 fn readable_file(path: &Path) -> Result<(), String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    // Opening a directory succeeds on Linux; reading it later would not.
-    match file.metadata() {
-        Ok(meta) if meta.is_file() => Ok(()),
-        Ok(_) => Err("not a regular file".into()),
-        Err(e) => Err(e.to_string()),
-    }
+    crate::http::tls::open_regular_file(path)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_file(path: &Path, text: &str) -> Result<Table, ConfigError> {
@@ -1268,6 +1265,13 @@ write_timeout_ms = 3000
             SECRET,
             ("PINBOARD_REDIS_CA_FILE", dir.path().to_str().unwrap()),
         ];
+        let e = from_file(&file, &var).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+        // A FIFO is refused, not waited on for a writer.
+        let fifo = dir.path().join("fifo.pem");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        let var = [SECRET, ("PINBOARD_REDIS_CA_FILE", fifo.to_str().unwrap())];
         let e = from_file(&file, &var).unwrap_err();
         assert!(e.message.contains("not a regular file"), "{e}");
         let var = [SECRET, ("PINBOARD_REDIS_CA_FILE", "")];

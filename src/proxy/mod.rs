@@ -18,7 +18,7 @@ use crate::attestation::{Claims, Extra, Instance, Purpose};
 use crate::clock;
 use crate::correlation::Correlation;
 use crate::fleet::Standing;
-use crate::http::{Request, Response};
+use crate::http::{Request, Response, splits_when_decoded};
 use crate::names::valid_id;
 use crate::node::Core;
 use crate::placement::{self, Outcome};
@@ -33,13 +33,15 @@ struct Route<'a> {
 }
 
 impl<'a> Route<'a> {
-    /// `None` when the id is empty, too long, or outside `[A-Za-z0-9._~-]`.
+    /// `None` when the id is empty, too long, or outside `[A-Za-z0-9._~-]`, or when what
+    /// follows it would split into other segments once decoded (`%2F`, `%5C`: a worker's server
+    /// that decodes would route `..%2F..%2Fadmin` as `../../admin`).
     fn parse(path: &'a str) -> Option<Route<'a>> {
         let after_ns = path[1..].find('/').map(|i| i + 1)?;
         let ns = &path[..after_ns];
-        let rest = &path[after_ns + 1..];
-        let id = &rest[..rest.find('/').unwrap_or(rest.len())];
-        valid_id(id).then_some(Route { ns, id })
+        let tail = &path[after_ns + 1..];
+        let (id, rest) = tail.split_at(tail.find('/').unwrap_or(tail.len()));
+        (valid_id(id) && !splits_when_decoded(rest)).then_some(Route { ns, id })
     }
 }
 
@@ -272,12 +274,18 @@ mod tests {
         assert_eq!((r.ns, r.id), ("/threads", "abc"));
         let r = Route::parse("/threads/abc").unwrap();
         assert_eq!((r.ns, r.id), ("/threads", "abc"));
+        let r = Route::parse("/threads/abc/a%20b/%41").unwrap();
+        assert_eq!((r.ns, r.id), ("/threads", "abc"));
         for bad in [
             "/threads",
             "/threads/",
             "/threads//x",
             "/threads/a%20b",
             "/t/a b",
+            "/py/abc/..%2F..%2Fadmin%2Fsecret",
+            "/py/abc/x%2fy",
+            "/py/abc/x%5Cy",
+            "/py/abc/x\\y",
         ] {
             assert!(Route::parse(bad).is_none(), "{bad}");
         }

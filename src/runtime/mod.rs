@@ -7,6 +7,7 @@
 //! (`metrics_listen`, [`scrape`]) on the first core.
 
 mod accept;
+mod reload;
 mod scrape;
 
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use crate::config::DriverKind;
 use crate::error::{Error, Origin};
 use crate::http::serve_connection;
 use crate::node::{Core, Shared};
+use reload::Reloads;
 
 /// How often each core looks at the process-wide stop flag. Only the shutdown path waits on
 /// this; requests never do.
@@ -90,18 +92,21 @@ fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, 
 
 /// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
 /// nginx and HAProxy operators send to reload, reads the listener's certificate pair again
-/// (later handshakes present it; open connections keep theirs); without TLS it is logged and
-/// ignored (it must not kill the node, as its default action would).
+/// (later handshakes present it; open connections keep theirs) on the reload thread
+/// ([`reload`]), so that nothing a reload waits on keeps this thread from the next signal;
+/// without TLS it is logged and ignored (it must not kill the node, as its default action
+/// would).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
         .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
+    let reloads = Reloads::start(shared.clone())?;
     std::thread::Builder::new()
         .name("pinboard-signals".into())
         .spawn(move || {
             for signal in signals.forever() {
                 if signal == SIGHUP {
-                    reload_tls(&shared);
+                    reloads.ask();
                     continue;
                 }
                 if signal == SIGUSR1 {
@@ -128,20 +133,6 @@ fn reopen_access_log(shared: &Shared) {
             info!("SIGUSR1: reopening the access log");
         }
         None => info!("SIGUSR1: access_log is off, nothing to reopen; ignored"),
-    }
-}
-
-fn reload_tls(shared: &Shared) {
-    let Some(tls) = &shared.tls.listener else {
-        info!("SIGHUP: no tls.cert_file, nothing to reload; ignored");
-        return;
-    };
-    match tls.reload() {
-        Ok(()) => info!("SIGHUP: reloaded tls.cert_file and tls.key_file"),
-        Err(e) => warn!(
-            reason = %e,
-            "SIGHUP: the certificate pair did not load; the one in use stays"
-        ),
     }
 }
 

@@ -49,6 +49,22 @@ impl Node {
     /// Like [`Node::spawn`], but a node that exits before it listens is an answer: its exit
     /// code and log.
     pub fn try_spawn(redis_url: &str, env: &[(&str, &str)]) -> Result<Node, (Option<i32>, String)> {
+        Node::try_spawn_under(&[], redis_url, env)
+    }
+
+    /// Like [`Node::spawn`], the binary run by `wrapper` (a program and its arguments, the
+    /// binary's path and `serve` after them: `unshare …`, say).
+    pub fn spawn_under(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)]) -> Node {
+        Node::try_spawn_under(wrapper, redis_url, env).unwrap_or_else(|(code, log)| {
+            panic!("pinboard exited with {code:?} before listening:\n{log}")
+        })
+    }
+
+    fn try_spawn_under(
+        wrapper: &[&str],
+        redis_url: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Node, (Option<i32>, String)> {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("node.log");
         let mut all = vec![
@@ -56,7 +72,7 @@ impl Node {
             ("PINBOARD_LOG", "info,pinboard=debug"),
         ];
         all.extend_from_slice(env);
-        let child = serve(redis_url, &all, &log);
+        let child = serve(wrapper, redis_url, &all, &log);
         let mut node = Node {
             child,
             addr: "0.0.0.0:0".parse().unwrap(),
@@ -131,13 +147,22 @@ impl Node {
 
     /// The process's resident set size, from `/proc/{pid}/status`.
     pub fn rss_bytes(&self) -> u64 {
+        self.status_field("VmRSS:") * 1024
+    }
+
+    /// How many threads the process runs, from `/proc/{pid}/status`.
+    pub fn threads(&self) -> u64 {
+        self.status_field("Threads:")
+    }
+
+    /// The number a line of `/proc/{pid}/status` starting with `field` holds.
+    fn status_field(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: u64 = status
+        status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .expect("VmRSS in /proc/PID/status");
-        kib * 1024
+            .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
     /// Sends SIGTERM and waits (bounded) for the process to exit.
@@ -189,15 +214,25 @@ impl Drop for Node {
     }
 }
 
-/// An HS256 credential signed with the test secret.
+/// An HS256 credential signed with the test secret, for loopback backends.
 pub fn token(sub: &str, scopes: &[&str], namespaces: &[&str]) -> String {
+    token_for_hosts(sub, scopes, namespaces, &["127.0.0.1", "localhost"])
+}
+
+/// [`token`] for the backend hosts (patterns) `backend_hosts`.
+pub fn token_for_hosts(
+    sub: &str,
+    scopes: &[&str],
+    namespaces: &[&str],
+    backend_hosts: &[&str],
+) -> String {
     mint(
         SECRET,
         &TokenRequest {
             sub: sub.into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
-            backend_hosts: vec!["127.0.0.1".into(), "localhost".into()],
+            backend_hosts: backend_hosts.iter().map(|s| s.to_string()).collect(),
             ports: vec![],
             hostnames: vec![],
             envs: vec![],
@@ -211,8 +246,16 @@ pub fn token(sub: &str, scopes: &[&str], namespaces: &[&str]) -> String {
 
 /// `pinboard serve` on `redis_url` with the test HS256 secret, on a port the kernel picks,
 /// none of this process's `PINBOARD_*` settings, and `env` over that; its stderr to `stderr`.
-fn serve(redis_url: &str, env: &[(&str, &str)], stderr: &Path) -> Child {
-    let mut cmd = Command::new(binary());
+/// Run by `wrapper` when it names a program.
+fn serve(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)], stderr: &Path) -> Child {
+    let mut cmd = match wrapper {
+        [program, args @ ..] => {
+            let mut cmd = Command::new(program);
+            cmd.args(args).arg(binary());
+            cmd
+        }
+        [] => Command::new(binary()),
+    };
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("PINBOARD_")) {
         cmd.env_remove(key);
     }
@@ -234,7 +277,7 @@ fn serve(redis_url: &str, env: &[(&str, &str)], stderr: &Path) -> Child {
 pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let stderr = dir.path().join("stderr");
-    let mut child = serve(redis_url, env, &stderr);
+    let mut child = serve(&[], redis_url, env, &stderr);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

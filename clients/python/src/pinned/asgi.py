@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -136,6 +137,9 @@ class PinnedMiddleware:
             await self.app(scope, receive, send)
             return
         ns, id, rest = split
+        if splits_when_decoded(rest, scope.get("raw_path")):
+            await self._refuse(scope, receive, send, Answer(400, "invalid instance path"))
+            return
         wake = rest == "/_wake"
         if wake:
             if kind != "http" or self.worker.config.durability is None:
@@ -402,6 +406,20 @@ def split_instance(path: str, namespaces: list[str]) -> tuple[str, str, str] | N
     end = tail.find("/")
     id, rest = (tail, "") if end < 0 else (tail[:end], tail[end:])
     return (ns, id, rest) if id else None
+
+
+_ENCODED_SEPARATOR = re.compile(rb"%(?:2f|5c)", re.IGNORECASE)
+
+
+def splits_when_decoded(rest: str, raw_path: object) -> bool:
+    """Whether an instance path says other segments to the app than it said to Pinboard: its
+    decoded `rest` (after `{id}`) holds a dot segment or a `\\`, or the raw path (when the
+    server gives it, as uvicorn's `scope["raw_path"]`) an encoded `/` or `\\` (`%2F`, `%5C`).
+    Pinboard refuses such a path itself; this is the same rule at the worker, should anything
+    else reach it. (A namespace and an id hold no `%`: the whole raw path is looked at.)"""
+    if "\\" in rest or any(seg in (".", "..") for seg in rest.split("/")):
+        return True
+    return isinstance(raw_path, bytes) and _ENCODED_SEPARATOR.search(raw_path) is not None
 
 
 def query_param(query: str, name: str) -> str | None:

@@ -4,9 +4,10 @@ request, `_wake` and `_pinned/stats` call. Pure: no IO, no clock (the caller pas
 Written out with the standard library rather than a JWT library because the rules are narrow
 and exact: header `{"alg":"HS256","typ":"pinboard+jwt"}` and no `crit`, HMAC-SHA256 under the
 worker's own secret compared in constant time, `aud` equal to its current session, `iat` and
-`exp` both required and judged with 30 s of clock skew (`nbf` too when present), and a
-`purpose` (`forward`, `wake`, `stats`, `challenge`). A general-purpose validator would need
-each of these switched on and would still not check `typ` or a future `iat`.
+`exp` both required, integers from 0 to 2^63 - 1, and judged with 30 s of clock skew (`nbf`
+too when present), and a `purpose` (`forward`, `wake`, `stats`, `challenge`). A
+general-purpose validator would need each of these switched on and would still not check
+`typ` or a future `iat`.
 
 A token is bound to what it is for: `verify` returns its `Binding` (purpose, and for forwards
 and wakes the instance `inst` = `{ns}/{id}` and the placement `epoch`); the middleware holds it
@@ -176,17 +177,17 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _time(claims: dict[str, Any], key: str) -> float | None:
-    """A numeric claim; a claim of another type is a malformed token, not an absent one."""
-    value = claims.get(key)
-    if value is None:
+def _time(claims: dict[str, Any], key: str) -> int | None:
+    """A NumericDate claim: an integer from 0 to 2^63 - 1, as Pinboard mints them and as the
+    Rust library takes them. Anything else (`1.5`, `1e400` (which `json` reads as infinity),
+    `true`, `null`, a string, a negative or larger number) is a malformed token, not an absent
+    one."""
+    if key not in claims:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    value = claims[key]
+    if not (_is_int(value) and 0 <= value < 2**63):
         raise InvalidAttestation("claims are not of the expected shape")
-    try:
-        return float(value)
-    except OverflowError:
-        raise InvalidAttestation("claims are not of the expected shape") from None
+    return int(value)
 
 
 def _text(claims: dict[str, Any], key: str) -> str | None:
