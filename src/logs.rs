@@ -20,8 +20,10 @@ use crate::config::LogFormat;
 
 /// Starts the log; once per process, as soon as the configuration is known.
 pub fn init(format: LogFormat, node_id: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PINBOARD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(filter_of(
+        std::env::var("PINBOARD_LOG").ok().as_deref(),
+    ))
+    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_of(None)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -35,6 +37,18 @@ pub fn init(format: LogFormat, node_id: &str) {
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .fmt_fields(NodeFields::new(node_id))
             .init(),
+    }
+}
+
+/// The filter `PINBOARD_LOG` asks for (`info` unset), with rustls at ERROR unless it names
+/// rustls itself: rustls logs at WARN what a client sends at will (an illegal SNI, say), once
+/// per handshake, as often as any client cares to send one.
+fn filter_of(asked: Option<&str>) -> String {
+    let asked = asked.unwrap_or("info");
+    if asked.contains("rustls") {
+        asked.to_owned()
+    } else {
+        format!("{asked},rustls=error")
     }
 }
 
@@ -131,6 +145,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rustls_stays_at_error_unless_named() {
+        assert_eq!(filter_of(None), "info,rustls=error");
+        assert_eq!(filter_of(Some("debug")), "debug,rustls=error");
+        assert_eq!(filter_of(Some("info,rustls=debug")), "info,rustls=debug");
+    }
 
     #[test]
     fn json_lines_get_the_node_first() {

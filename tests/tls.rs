@@ -413,3 +413,34 @@ fn pkcs8_rsa_and_ec_keys_all_load() {
         );
     }
 }
+
+/// Issue 23 (Info): a ClientHello with an illegal SNI (here an IP address and names with `_`
+/// or `!`) made rustls log one WARN each, as often as a client cared to send one. What a
+/// client sends at will is no warning for the operator: the default filter keeps rustls at
+/// ERROR (`PINBOARD_LOG` still chooses otherwise).
+#[test]
+fn illegal_sni_from_a_client_is_no_warning_in_the_log() {
+    let (_pki, _pair, f) = https_node(&[]);
+    for name in ["127.0.0.1", "bad_name!", "a..b"] {
+        for _ in 0..5 {
+            let _ = Command::new("openssl")
+                .args([
+                    "s_client",
+                    "-connect",
+                    &f.node.addr.to_string(),
+                    "-servername",
+                    name,
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let log = f.node.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("rustls"))
+        .collect();
+    assert!(warned.is_empty(), "{warned:#?}");
+}
