@@ -18,7 +18,11 @@
 --            JSON [sessionId, ...] this node has ejected as outliers,
 --            two random unsigned integers for the power-of-two choice,
 --            takeover of the request's env ('wind_down' | 'deny'; hostname-aware mode only),
---            remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none)
+--            remaining ms of a displaced (hostname, ns) binding's quarantine ('0' for none),
+--            ms until the client may make a new placement ('0': now;
+--            limits.new_placements_per_ip_per_s, counted by the node),
+--            most rows the placements hash may hold ('' for no limit;
+--            placement.max_rows_per_namespace)
 --
 -- Returns, so that the hot path parses no JSON:
 --   an existing row's live owner: one string 'sessionId epoch overwritten' (overwritten '1'
@@ -30,6 +34,8 @@
 --   {'unknown-ns'} | {'no-backends'} | {'quarantine', remaining ms}
 --   {'binding-quarantine', remaining ms}
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
+--   {'rate-limited', ms until the client may place} | {'namespace-full'}: a new placement
+--   refused, nothing written
 local placements, workers, overwritten, list, boot_key, epoch_key, alive =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
@@ -86,6 +92,16 @@ end
 -- 2. The namespace must have (had) workers here.
 if redis.call('EXISTS', list) == 0 then
   return {'unknown-ns'}
+end
+
+-- What follows places the id: refused, before anything is written, to a client past its
+-- placement rate, and, for an id without a row, when the namespace holds its most rows.
+if arg(11) ~= '0' then
+  return {'rate-limited', arg(11)}
+end
+local max_rows = tonumber(arg(12))
+if not raw and max_rows and redis.call('HLEN', placements) >= max_rows then
+  return {'namespace-full'}
 end
 
 local lease, balance = tonumber(arg(1)), tonumber(arg(2))

@@ -160,8 +160,24 @@ pub fn unknown_session() -> Response {
 
 /// 503 `{"error": message}` with `Retry-After: max(1, ceil(remaining / 1000))`.
 pub fn unavailable(message: &str, remaining: Duration) -> Response {
+    retry_later(StatusCode::SERVICE_UNAVAILABLE, message, remaining)
+}
+
+/// 429 `placement rate exceeded, retry` with `Retry-After` as [`unavailable`] counts it: the
+/// client made new placements faster than `limits.new_placements_per_ip_per_s`.
+pub fn placement_rate_exceeded(wait: Duration) -> Response {
+    retry_later(
+        StatusCode::TOO_MANY_REQUESTS,
+        "placement rate exceeded, retry",
+        wait,
+    )
+}
+
+/// `status` `{"error": message}` with `Retry-After: max(1, ceil(remaining / 1000))`: whole
+/// seconds, rounded up so that a client retrying then finds the refusal over.
+fn retry_later(status: StatusCode, message: &str, remaining: Duration) -> Response {
     let secs = remaining.as_millis().div_ceil(1000).max(1);
-    error(StatusCode::SERVICE_UNAVAILABLE, message).header(
+    error(status, message).header(
         header::RETRY_AFTER,
         HeaderValue::from_str(&secs.to_string()).expect("digits"),
     )
@@ -241,5 +257,12 @@ mod tests {
         let r = unavailable("x", Duration::from_millis(2001));
         assert_eq!(r.headers.last().unwrap().1, "3");
         assert_eq!(not_serving().headers.last().unwrap().1, "1");
+        let r = placement_rate_exceeded(Duration::from_millis(1));
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            &r.body[..],
+            br#"{"error":"placement rate exceeded, retry"}"#
+        );
+        assert_eq!(r.headers.last().unwrap().1, "1");
     }
 }

@@ -4,7 +4,7 @@
 //! [`attestation`], [`passport`]), [`config`], [`http`] (HTTP/1.1, the `pinboard-http` crate it
 //! shares with the workers; [`error`] is that crate's), [`redis`] (the per-core pipelined
 //! client), [`store`] (the Redis layout: keys, records, scripts), [`answers`] (every answer the
-//! node writes itself), [`node`] (the per-node and per-core state, with [`upstream`] and
+//! node writes itself), [`node`] (the per-node and per-core state, with [`upstream`], [`limits`] and
 //! [`metrics`] counters), the route modules on it ([`placement`], [`proxy`], [`registry`],
 //! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
 //! loops, the process lifecycle) driving it all; [`logs`] is how the node's log lines look.
@@ -16,6 +16,7 @@ pub mod clock;
 pub mod config;
 pub mod correlation;
 pub mod fleet;
+pub mod limits;
 pub mod logs;
 pub mod metrics;
 pub mod mirror;

@@ -14,6 +14,7 @@ use crate::config::{AccessLogFormat, Config};
 use crate::fleet::{Standing, StandingFlag};
 use crate::http::Limits;
 use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
+use crate::limits::{connections::ConnectionTable, placements::PlacementRate};
 use crate::metrics::{CoreCounters, SweepCounters};
 use crate::passport::Passport;
 use crate::placement;
@@ -46,6 +47,8 @@ pub struct Shared {
     pub tls: NodeTls,
     /// The access log's format and target, when it is on.
     pub access_log: Option<Arc<AccessLogSetup>>,
+    /// Connections per client address, when `limits.max_connections_per_ip` is on.
+    pub client_connections: Option<Arc<ConnectionTable>>,
 }
 
 /// The node's TLS: its listener's certificate pair when it serves HTTPS, the trust its
@@ -98,6 +101,7 @@ impl NodeTls {
 
 impl Shared {
     pub fn new(config: Config, passport: Passport, tls: NodeTls) -> Shared {
+        let client_connections = ConnectionTable::new(config.limits.max_connections_per_ip);
         Shared {
             tls,
             counters: (0..config.cores())
@@ -113,6 +117,7 @@ impl Shared {
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
             access_log: None,
+            client_connections,
             heartbeat_refusals: crate::registry::SaidOnce::default(),
         }
     }
@@ -180,6 +185,8 @@ pub struct Core {
     pub store: Store,
     pub upstreams: Upstreams,
     pub resolve_constants: placement::Constants,
+    /// This core's share of `limits.new_placements_per_ip_per_s`, when it is on.
+    pub placement_rate: Option<PlacementRate>,
     /// This core's access log, when it is on.
     pub access_log: Option<AccessLog>,
 }
@@ -206,6 +213,10 @@ impl Core {
         Core {
             access_log,
             resolve_constants: placement::Constants::new(config),
+            placement_rate: PlacementRate::new(
+                config.limits.new_placements_per_ip_per_s,
+                config.cores(),
+            ),
             shared,
             index,
             store,

@@ -270,7 +270,9 @@ fn connections_that_send_nothing_are_closed_at_accept_or_at_the_header_timeout()
     let refused = || {
         let text = get(f.node.addr, "/metrics", Some(&ops)).text();
         text.lines()
-            .find_map(|l| l.strip_prefix("pinboard_connections_refused_total "))
+            .find_map(|l| {
+                l.strip_prefix("pinboard_connections_refused_total{reason=\"max_connections\"} ")
+            })
             .and_then(|n| n.parse::<u64>().ok())
             .expect("pinboard_connections_refused_total")
     };

@@ -81,6 +81,11 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
     }));
 }
 
+/// This file's client places 200 ids in a row from one address: past the default placement
+/// rate (`limits.new_placements_per_ip_per_s`, which `tests/client_limits.rs` tests).
+const ONE_CLIENT_PLACES_FREELY: &[(&str, &str)] =
+    &[("PINBOARD_LIMITS__NEW_PLACEMENTS_PER_IP_PER_S", "0")];
+
 /// Issue 10's repro: a bucket's slot migrated key by key. While its keys are split between two
 /// masters a resolve must not run against half of them (it once placed a placed id again, with
 /// a new epoch, on the importing node): every answer is 200 or 503 + Retry-After, and no id
@@ -89,7 +94,7 @@ fn the_worker_protocol_and_the_data_plane_on_a_cluster() {
 fn a_slot_migrated_key_by_key_never_re_places_an_id() {
     let keys = support::keys(16);
     let cluster = RedisCluster::start();
-    let (node, _worker) = warm_node(&cluster, "300000", &[], "migrating");
+    let (node, _worker) = warm_node(&cluster, "300000", ONE_CLIENT_PLACES_FREELY, "migrating");
     let cli = |args: &[&str]| cluster_cli(&cluster, args);
     // 200 placed ids; the bucket of the first one moves.
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
@@ -202,7 +207,7 @@ fn a_master_resharded_under_load_never_re_places_an_id() {
     let keys = support::keys(16);
 
     let cluster = RedisCluster::start();
-    let (node, _worker) = warm_node(&cluster, "300000", &[], "resharding");
+    let (node, _worker) = warm_node(&cluster, "300000", ONE_CLIENT_PLACES_FREELY, "resharding");
     let cli = |args: &[&str]| cluster_cli(&cluster, args);
     let ids: Vec<String> = (0..200).map(|i| format!("m-{i}")).collect();
     let row = |id: &str| {

@@ -378,7 +378,7 @@ fn connections_past_the_cap_are_closed_at_accept() {
     let scraped = eventually(Duration::from_secs(5), || {
         scrape().is_some_and(|text| {
             let counted = format!(
-                "pinboard_connections_refused_total {}\n",
+                "pinboard_connections_refused_total{{reason=\"max_connections\"}} {}\n",
                 1 + refused_scrapes.get()
             );
             text.contains(&counted)

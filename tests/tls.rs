@@ -11,58 +11,12 @@ use std::time::Duration;
 
 use rustls::ClientConfig;
 use serde_json::json;
-use support::certs::{Ca, LOCAL, Pair};
-use support::fleet::{Fixture, SHARDS, register_body};
+use support::certs::{Ca, LOCAL};
+use support::fleet::register_body;
 use support::http::{Client, Reply};
-use support::node::{Node, eventually};
-use support::redis::RedisServer;
-use support::tls::{client_config, connect, presented, session};
+use support::node::eventually;
+use support::tls::{client_config, connect, get, https_node, presented, session};
 use support::worker::{Serve, TestWorker};
-
-/// A private CA, a leaf for localhost it signed, and a node serving HTTPS with that pair
-/// (plus `env`), ready, past its cold start.
-fn https_node(env: &[(&str, &str)]) -> (Ca, Pair, Fixture) {
-    let pki = Ca::new();
-    let pair = pki.leaf("node", &LOCAL);
-    let redis = RedisServer::start();
-    let (cert, key) = (
-        pair.cert.display().to_string(),
-        pair.key.display().to_string(),
-    );
-    let shards = SHARDS.to_string();
-    let mut env = env.to_vec();
-    env.extend([
-        ("PINBOARD_TLS__CERT_FILE", cert.as_str()),
-        ("PINBOARD_TLS__KEY_FILE", key.as_str()),
-        ("PINBOARD_SHARDS", shards.as_str()),
-        ("PINBOARD_VERIFY_TIMEOUT_MS", "500"),
-    ]);
-    let node = Node::spawn(&redis.url(), &env);
-    let config = client_config(&pki);
-    let ready = eventually(Duration::from_secs(20), || {
-        (0..6).all(|_| {
-            session(node.addr, &config).is_ok()
-                && get(node.addr, &config, "/readyz", None).status == 200
-        })
-    });
-    assert!(ready, "never ready over TLS:\n{}", node.log());
-    let f = Fixture {
-        token: node.worker_token("acct-a"),
-        keys: support::keys(SHARDS),
-        redis,
-        node,
-    };
-    f.warm();
-    (pki, pair, f)
-}
-
-fn get(addr: SocketAddr, config: &Arc<ClientConfig>, path: &str, token: Option<&str>) -> Reply {
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    connect(addr, config)
-        .request(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{auth}\r\n").as_bytes())
-}
 
 fn post(
     addr: SocketAddr,

@@ -63,6 +63,10 @@ pub trait Handler {
     /// An answer the connection gives before any request reached [`Handler::handle`] (a
     /// malformed or too large head, a head that took too long): the handler may add to it.
     fn refused(&self, _peer: SocketAddr, _response: &mut Response) {}
+
+    /// The connection's TLS handshake is done (once, before its first request is read; never on
+    /// a plain connection, nor when the handshake fails or times out).
+    fn secured(&self) {}
 }
 
 pub struct Conn {
@@ -124,7 +128,10 @@ async fn serve<H: Handler>(
                 _ = shutdown.fired() => return,
             };
             match handshake {
-                Ok(Ok(transport)) => transport,
+                Ok(Ok(transport)) => {
+                    handler.secured();
+                    transport
+                }
                 Ok(Err(e)) => {
                     debug!(%peer, error = %e, "TLS handshake failed");
                     return;

@@ -100,6 +100,9 @@ pub(super) const KEYS: &[Key] = &[
     key!(http.write_timeout_ms: u64 = whole(1, MAX_MS)),
     key!(tls.cert_file: Option<PathBuf> = optional(text_with(path))),
     key!(tls.key_file: Option<PathBuf> = optional(text_with(path))),
+    key!(limits.max_connections_per_ip: u64 = whole(0, 10_000_000)),
+    key!(limits.new_placements_per_ip_per_s: u64 = whole(0, 1_000_000)),
+    key!(placement.max_rows_per_namespace: Option<u64> = optional(whole(1, 1_000_000_000))),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

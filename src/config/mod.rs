@@ -116,6 +116,30 @@ pub struct Config {
     pub http: HttpLimits,
     /// The listener's certificate pair: set, the listener speaks HTTPS only.
     pub tls: ListenerTls,
+    /// What one client may hold or make: connections and new placements.
+    pub limits: ClientLimits,
+    /// Bounds on placement rows.
+    pub placement: PlacementLimits,
+}
+
+/// What one client may hold or make (`src/limits/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Connections one address (an IPv6 /64) may hold open on the node, 0–10000000; past it
+    /// a new one is closed at accept. Default 1024; 0 turns the per-address limits off (this
+    /// one and the TLS handshakes in progress per address).
+    pub max_connections_per_ip: u64,
+    /// New placements per second one client (its address, or the `sub` of its data-plane
+    /// credential) may make, 0–1000000: 429 past it. Default 200; 0 is no limit.
+    pub new_placements_per_ip_per_s: u64,
+}
+
+/// Bounds on placement rows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementLimits {
+    /// Rows an (env, namespace) may hold, 1–1000000000, before a new placement there answers
+    /// 503. Default unset: no limit.
+    pub max_rows_per_namespace: Option<u64>,
 }
 
 /// The listener's certificate chain and private key (PEM), both or neither. `SIGHUP` reads
@@ -338,6 +362,11 @@ impl Default for Config {
                 write_timeout_ms: 60_000,
             },
             tls: ListenerTls::default(),
+            limits: ClientLimits {
+                max_connections_per_ip: 1024,
+                new_placements_per_ip_per_s: 200,
+            },
+            placement: PlacementLimits::default(),
         }
     }
 }
@@ -664,6 +693,13 @@ idle_timeout_ms = 2000
 max_header_bytes = 4096
 shutdown_grace_ms = 0
 write_timeout_ms = 3000
+
+[limits]
+max_connections_per_ip = 50
+new_placements_per_ip_per_s = 0
+
+[placement]
+max_rows_per_namespace = 5000
 "#;
 
     fn full() -> Config {
@@ -722,6 +758,13 @@ write_timeout_ms = 3000
                 write_timeout_ms: 3_000,
             },
             tls: ListenerTls::default(),
+            limits: ClientLimits {
+                max_connections_per_ip: 50,
+                new_placements_per_ip_per_s: 0,
+            },
+            placement: PlacementLimits {
+                max_rows_per_namespace: Some(5_000),
+            },
         }
     }
 
@@ -844,6 +887,9 @@ write_timeout_ms = 3000
             ("PINBOARD_FORWARDS__CA_FILE", &pem),
             ("PINBOARD_TLS__CERT_FILE", &pem),
             ("PINBOARD_TLS__KEY_FILE", &pem),
+            ("PINBOARD_LIMITS__MAX_CONNECTIONS_PER_IP", "50"),
+            ("PINBOARD_LIMITS__NEW_PLACEMENTS_PER_IP_PER_S", "0"),
+            ("PINBOARD_PLACEMENT__MAX_ROWS_PER_NAMESPACE", "5000"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
@@ -891,6 +937,24 @@ write_timeout_ms = 3000
                 "(from PINBOARD_METRICS_LISTEN)",
             ),
             ("threads = 1025", &[], "threads", "from 0 to 1024, got 1025"),
+            (
+                "[limits]\nmax_connections_per_ip = -1",
+                &[],
+                "limits.max_connections_per_ip",
+                "from 0 to 10000000, got -1",
+            ),
+            (
+                "",
+                &[("PINBOARD_LIMITS__NEW_PLACEMENTS_PER_IP_PER_S", "1.5")],
+                "limits.new_placements_per_ip_per_s",
+                "PINBOARD_LIMITS__NEW_PLACEMENTS_PER_IP_PER_S",
+            ),
+            (
+                "[placement]\nmax_rows_per_namespace = 0",
+                &[],
+                "placement.max_rows_per_namespace",
+                "from 1 to 1000000000, got 0",
+            ),
             ("threads = -1", &[], "threads", "got -1"),
             ("threads = 1.5", &[], "threads", "got 1.5"),
             ("driver = \"uring\"", &[], "driver", "got \"uring\""),

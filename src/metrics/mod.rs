@@ -23,8 +23,10 @@ use prometheus_client::registry::Unit;
 mod process;
 
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
-/// `unavailable` for a request Redis could not answer, contract §8).
-pub const OUTCOMES: [&str; 12] = [
+/// `unavailable` for a request Redis could not answer, contract §8; `rate-limited` and
+/// `namespace-full` for a new placement refused by `limits.new_placements_per_ip_per_s` and
+/// `placement.max_rows_per_namespace`).
+pub const OUTCOMES: [&str; 14] = [
     "forward",
     "unknown-ns",
     "no-backends",
@@ -37,7 +39,36 @@ pub const OUTCOMES: [&str; 12] = [
     "nack",
     "takeover-denied",
     "unavailable",
+    "rate-limited",
+    "namespace-full",
 ];
+
+/// Why a client connection was closed at accept, for `pinboard_connections_refused_total{reason}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionRefusal {
+    /// The node had `max_connections` open.
+    MaxConnections = 0,
+    /// The client's address had `limits.max_connections_per_ip` open.
+    PerIp,
+    /// The client's address had its most TLS handshakes in progress.
+    HandshakesPerIp,
+}
+
+impl ConnectionRefusal {
+    pub const ALL: [ConnectionRefusal; 3] = [
+        ConnectionRefusal::MaxConnections,
+        ConnectionRefusal::PerIp,
+        ConnectionRefusal::HandshakesPerIp,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionRefusal::MaxConnections => "max_connections",
+            ConnectionRefusal::PerIp => "per_ip",
+            ConnectionRefusal::HandshakesPerIp => "handshakes_per_ip",
+        }
+    }
+}
 
 /// Why a forward failed at the worker, for `pinboard_upstream_errors_total{kind}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,8 +180,8 @@ pub struct CoreCounters {
     pool_dropped: [AtomicU64; PoolDrop::ALL.len()],
     /// Client connections open on this core (a gauge).
     connections: AtomicU64,
-    /// Connections closed at accept because the node had `max_connections` open.
-    refused: AtomicU64,
+    /// Connections closed at accept, by why.
+    refused: [AtomicU64; ConnectionRefusal::ALL.len()],
 }
 
 impl CoreCounters {
@@ -166,12 +197,8 @@ impl CoreCounters {
         self.connections.load(Ordering::Relaxed)
     }
 
-    pub fn connection_refused(&self) {
-        self.refused.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+    pub fn connection_refused(&self, reason: ConnectionRefusal) {
+        self.refused[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one answer and how long it took.
@@ -242,6 +269,14 @@ pub fn upstream_errors(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
+/// Every core's connections closed at accept, summed, by reason.
+pub fn connections_refused(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
+    ConnectionRefusal::ALL
+        .iter()
+        .map(|r| (r.name(), sum(cores, |c| &c.refused[*r as usize])))
+        .collect()
+}
+
 /// Every core's dropped pooled connections, summed, by reason.
 pub fn pool_dropped(cores: &[CoreCounters]) -> Vec<(&'static str, u64)> {
     PoolDrop::ALL
@@ -305,7 +340,8 @@ fn sum(cores: &[CoreCounters], of: impl Fn(&CoreCounters) -> &AtomicU64) -> u64 
 pub struct Snapshot {
     pub outcomes: Vec<(&'static str, u64)>,
     pub connections: u64,
-    pub connections_refused: u64,
+    /// Connections closed at accept, by reason ([`ConnectionRefusal`]).
+    pub connections_refused: Vec<(&'static str, u64)>,
     pub uptime_secs: f64,
     pub serving: bool,
     /// Sweeper passes this node ran.
@@ -362,6 +398,12 @@ impl Collector for Snapshot {
                 &self.upstream_errors,
             ),
             (
+                "pinboard_connections_refused",
+                "Client connections closed at accept: max_connections were open on the node, limits.max_connections_per_ip from the address (per_ip), or its most TLS handshakes in progress (handshakes_per_ip)",
+                "reason",
+                &self.connections_refused,
+            ),
+            (
                 "pinboard_upstream_pool_dropped",
                 "Idle pooled worker connections dropped when taken: expired (past the idle timeout) or closed (by the worker)",
                 "reason",
@@ -380,13 +422,6 @@ impl Collector for Snapshot {
             "Sweeper passes this node ran while holding the sweeper lease",
             None,
             sweeps.metric_type(),
-        )?)?;
-        let refused = ConstCounter::new(self.connections_refused);
-        refused.encode(encoder.encode_descriptor(
-            "pinboard_connections_refused",
-            "Client connections closed at accept because max_connections were open",
-            None,
-            refused.metric_type(),
         )?)?;
         self.encode_requests(&mut encoder)?;
         self.encode_fleet(&mut encoder)?;
@@ -632,7 +667,7 @@ mod tests {
         Snapshot {
             outcomes: vec![("forward", 3)],
             connections: 2,
-            connections_refused: 0,
+            connections_refused: vec![("per_ip", 1)],
             uptime_secs: 1.5,
             serving: true,
             sweeps: 4,

@@ -46,7 +46,7 @@ pub async fn scrape(core: &Core, req: &Request<'_>) -> Response {
         hostname_aware,
         outcomes: metrics::outcomes(&shared.counters).collect(),
         connections: shared.connections(),
-        connections_refused: shared.counters.iter().map(|c| c.refused()).sum(),
+        connections_refused: metrics::connections_refused(&shared.counters),
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
         sweeps: shared.sweeps.passes.load(Ordering::Relaxed),

@@ -60,6 +60,10 @@ pub enum Outcome {
     NoHostnameWorkers,
     BindingQuarantine(Duration),
     EnvConflict,
+    /// A new placement refused: the client must wait this long for its next.
+    RateLimited(Duration),
+    /// A new row refused: the namespace holds `placement.max_rows_per_namespace`.
+    NamespaceFull,
 }
 
 impl Outcome {
@@ -74,6 +78,8 @@ impl Outcome {
             Outcome::NoHostnameWorkers => "no-hostname-workers",
             Outcome::BindingQuarantine(_) => "binding-quarantine",
             Outcome::EnvConflict => "env-conflict",
+            Outcome::RateLimited(_) => "rate-limited",
+            Outcome::NamespaceFull => "namespace-full",
         }
     }
 
@@ -101,6 +107,10 @@ impl Outcome {
             Outcome::EnvConflict => {
                 answers::unavailable("hostname bindings inconsistent, retry", Duration::ZERO)
             }
+            Outcome::RateLimited(wait) => answers::placement_rate_exceeded(*wait),
+            Outcome::NamespaceFull => {
+                answers::unavailable("namespace placement limit reached", Duration::ZERO)
+            }
         }
     }
 }
@@ -118,6 +128,8 @@ pub struct Request<'a> {
     pub takeover: &'a str,
     /// Remaining quarantine of a displaced (hostname, ns) binding, in ms.
     pub binding_quarantine: u64,
+    /// How long the client must wait before a new placement (zero: it may place now).
+    pub placement_wait: Duration,
 }
 
 /// The env, takeover rule and quarantine of a (hostname, namespace) in hostname-aware mode,
@@ -174,6 +186,10 @@ pub async fn binding(
 pub struct Constants {
     lease: String,
     balance: String,
+    /// Rows of a namespace one bucket's placements hash may hold, `""` for no limit: the
+    /// bucket's share of `placement.max_rows_per_namespace` (ids spread evenly over the
+    /// buckets, and a count kept elsewhere would be a key outside the bucket's slot).
+    max_rows: String,
 }
 
 impl Constants {
@@ -181,6 +197,9 @@ impl Constants {
         Constants {
             lease: config.lease_ttl_ms.to_string(),
             balance: config.balance_factor.to_string(),
+            max_rows: (config.placement.max_rows_per_namespace).map_or_else(String::new, |n| {
+                n.div_ceil(u64::from(config.shards)).to_string()
+            }),
         }
     }
 }
@@ -197,11 +216,14 @@ pub async fn resolve(
     // What only the slower paths of the script read, in one newline-separated argument (see
     // lua/resolve.lua): a steady request sends Redis 3 arguments, not 12. Built on the stack.
     let mut slow: SmallVec<[u8; 256]> = SmallVec::new();
-    let (mut r1, mut r2, mut quarantine) = (
+    let (mut r1, mut r2, mut quarantine, mut wait) = (
+        itoa::Buffer::new(),
         itoa::Buffer::new(),
         itoa::Buffer::new(),
         itoa::Buffer::new(),
     );
+    // Rounded up: a wait of a fraction of a millisecond is a wait.
+    let wait_ms = req.placement_wait.as_micros().div_ceil(1000);
     for (i, field) in [
         constants.lease.as_str(),
         constants.balance.as_str(),
@@ -213,6 +235,8 @@ pub async fn resolve(
         r2.format(rand::random::<u32>()),
         req.takeover,
         quarantine.format(req.binding_quarantine),
+        wait.format(wait_ms),
+        constants.max_rows.as_str(),
     ]
     .into_iter()
     .enumerate()
@@ -291,6 +315,8 @@ fn parse(reply: &Reply) -> Option<Outcome> {
         "takeover-pending" => Outcome::TakeoverPending(millis(1)?),
         "takeover-denied" => Outcome::TakeoverDenied,
         "binding-quarantine" => Outcome::BindingQuarantine(millis(1)?),
+        "rate-limited" => Outcome::RateLimited(millis(1)?),
+        "namespace-full" => Outcome::NamespaceFull,
         _ => return None,
     })
 }
@@ -368,6 +394,20 @@ mod tests {
             &Outcome::UnknownNs.refusal().body[..],
             br#"{"error":"unknown namespace"}"#
         );
+        let r = Outcome::NamespaceFull.refusal();
+        assert_eq!(r.status, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            &r.body[..],
+            br#"{"error":"namespace placement limit reached"}"#
+        );
+        assert_eq!(r.headers.last().unwrap().1, "1");
+        let r = parse(&Reply::Array(["rate-limited", "1500"].map(bulk).to_vec()))
+            .unwrap()
+            .refusal();
+        assert_eq!(r.status, http::StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers.last().unwrap().1, "2");
+        let full = Reply::Array(["namespace-full"].map(bulk).to_vec());
+        assert_eq!(parse(&full), Some(Outcome::NamespaceFull));
     }
 
     fn bulk(text: &str) -> Reply {

@@ -29,6 +29,9 @@ pub struct Admitted {
     pub caller_session: Option<Session>,
     /// Extra attestation claims, as JSON members (`"caller":…,"depth":…` or `"acct":…`).
     pub claims: Option<Vec<u8>>,
+    /// The `sub` of the data-plane credential: whom new placements count against, rather
+    /// than the client's address.
+    pub account: Option<String>,
 }
 
 fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
@@ -108,6 +111,7 @@ async fn caller(
     Ok(Admitted {
         caller_session: Some(session),
         claims: Some(claims.into_bytes()),
+        account: None,
     })
 }
 
@@ -170,6 +174,7 @@ fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Adm
     Ok(Admitted {
         caller_session: None,
         claims: Some(claims.into_bytes()),
+        account: credential.sub.clone(),
     })
 }
 

@@ -115,11 +115,17 @@ pub async fn handle(
         .as_ref()
         .map(|s| s.session_id.as_str());
     let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req);
+    // Whom a new placement counts against (`limits.new_placements_per_ip_per_s`).
+    let rate = core.placement_rate.as_ref().map(|rate| {
+        let address = placement::client_ip(req.peer.ip(), &config.trusted_proxies, req);
+        (rate, rate.client(address, admitted.account.as_deref()))
+    });
 
     // Once, once more after an in-band refusal (excluding the refusing worker), and up to
     // twice more when a resolution went stale before its forward was sent.
     let (mut refused, mut stale) = (0, 0);
     loop {
+        let resolved_at = Instant::now();
         let ask = placement::Request {
             env,
             ns: route.ns,
@@ -130,15 +136,24 @@ pub async fn handle(
             affinity: affinity.as_deref(),
             takeover: binding.as_ref().map_or("", |b| b.takeover.as_str()),
             binding_quarantine: binding.as_ref().map_or(0, |b| b.quarantine),
+            placement_wait: rate.map_or(Duration::ZERO, |(rate, client)| {
+                rate.wait(&client, resolved_at)
+            }),
         };
-        let resolved_at = Instant::now();
         let ejected = core.upstreams.ejected_json();
         let outcome =
             placement::resolve(&core.store, &core.resolve_constants, &ejected, &ask).await?;
         record.resolve += resolved_at.elapsed();
         record.outcome(core.counters(), outcome.name());
         let placement = match outcome {
-            Outcome::Forward(p) => p,
+            Outcome::Forward(p) => {
+                if p.placed
+                    && let Some((rate, client)) = rate
+                {
+                    rate.spend(client, resolved_at);
+                }
+                p
+            }
             Outcome::NoBackends if refused > 0 => {
                 return Ok(answers::unavailable(
                     "worker refused activation, retry",

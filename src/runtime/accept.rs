@@ -1,5 +1,7 @@
 //! A listening socket on one core's event loop: its accepts until the stop, and the stop itself
-//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it).
+//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it);
+//! which accepted connections are served ([`admit`]: the node's `max_connections`, the limits
+//! per client address), and the handler that keeps a served connection's place ([`Admitted`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -9,6 +11,10 @@ use tracing::warn;
 
 use super::Shutdown;
 use crate::error::{Error, Origin};
+use crate::http::{Handler, Request, Response};
+use crate::limits::connections::Slot;
+use crate::metrics::ConnectionRefusal;
+use crate::node::Shared;
 
 pub(super) struct Acceptor {
     listener: TcpListener,
@@ -56,5 +62,54 @@ impl Acceptor {
         // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
         // a descriptor.
         let _ = socket2::SockRef::from(&self.stopper).shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Whether a connection from `peer` is served, and its place among its address's connections
+/// (`None` while `limits.max_connections_per_ip` is off); a refused one is closed at once,
+/// before any byte is read. One relaxed read per core and one lock of the address's shard per
+/// accept, never per request.
+pub(super) fn admit(shared: &Shared, peer: SocketAddr) -> Result<Option<Slot>, ConnectionRefusal> {
+    if shared.connections() >= shared.config.max_connections {
+        return Err(ConnectionRefusal::MaxConnections);
+    }
+    let handshake = shared.tls.listener.is_some();
+    (shared.client_connections.as_ref())
+        .map(|table| table.admit(peer.ip(), handshake))
+        .transpose()
+}
+
+/// A served connection's handler: `handler`'s answers, and the connection's place in the table
+/// of connections per address, which stops counting as a handshake in progress once the TLS
+/// handshake is done.
+pub(super) struct Admitted<'h, H> {
+    pub handler: &'h H,
+    pub slot: Option<Slot>,
+}
+
+impl<H: Handler> Handler for Admitted<'_, H> {
+    type Note = H::Note;
+
+    fn handle(
+        &self,
+        req: &mut Request<'_>,
+        note: &mut H::Note,
+    ) -> impl Future<Output = Result<Response, Error>> {
+        self.handler.handle(req, note)
+    }
+
+    fn answered(&self, note: H::Note, req: &Request<'_>, response: &Response, sent: u64) {
+        self.handler.answered(note, req, response, sent);
+    }
+
+    fn refused(&self, peer: SocketAddr, response: &mut Response) {
+        self.handler.refused(peer, response);
+    }
+
+    fn secured(&self) {
+        if let Some(slot) = &self.slot {
+            slot.handshake_done();
+        }
+        self.handler.secured();
     }
 }

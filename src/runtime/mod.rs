@@ -237,17 +237,22 @@ async fn core_main(
         monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
     }
     while let Some((stream, peer)) = acceptor.next(&shutdown).await {
-        // Past the node's cap the connection is closed at once: one relaxed read per core per
-        // accept, never on the request path.
-        if shared.connections() >= shared.config.max_connections {
-            core.counters().connection_refused();
-            continue;
-        }
+        let slot = match accept::admit(&shared, peer) {
+            Ok(slot) => slot,
+            Err(reason) => {
+                core.counters().connection_refused(reason);
+                continue;
+            }
+        };
         let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
         core.counters().connection_opened();
         monoio::spawn(async move {
             let tls = core.shared.tls.listener.as_ref();
-            serve_connection(stream, peer, &*core, &limits, &shutdown, tls).await;
+            let handler = accept::Admitted {
+                handler: &*core,
+                slot,
+            };
+            serve_connection(stream, peer, &handler, &limits, &shutdown, tls).await;
             core.counters().connection_closed();
         });
     }

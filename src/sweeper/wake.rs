@@ -127,8 +127,10 @@ async fn wake_one(
         prefer: None,
         affinity: None,
         takeover: &takeover,
-        // The placeholder row bypasses a displaced binding's quarantine.
+        // The placeholder row bypasses a displaced binding's quarantine (and, being a row,
+        // the namespace's row cap); the sweeper is no client to rate.
         binding_quarantine: 0,
+        placement_wait: Duration::ZERO,
     };
     let ejected = core.upstreams.ejected_json();
     let placement = match placement::resolve(store, &core.resolve_constants, &ejected, &ask).await?

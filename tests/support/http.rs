@@ -254,6 +254,15 @@ pub fn post_json(addr: SocketAddr, path: &str, token: Option<&str>, body: &str) 
     )
 }
 
+/// A connection to `addr` from `source`, a local address of the test's choosing (any of
+/// 127.0.0.0/8 on Linux): a second client address on one host.
+pub fn tcp_from(source: std::net::IpAddr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(source, 0).into())?;
+    socket.connect(&addr.into())?;
+    Ok(socket.into())
+}
+
 /// A client connection with a receive buffer as small as the kernel allows, so that a client
 /// that does not read stops taking bytes at once.
 pub fn tight_client(addr: SocketAddr) -> TcpStream {
