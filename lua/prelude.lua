@@ -31,6 +31,27 @@ local function epoch_cmp(a, b)
   return a < b and -1 or 1
 end
 
+-- Epoch `e` + 1, in digits.
+local function epoch_next(e)
+  e = epoch_digits(e)
+  local i = #e
+  while i > 0 and string.sub(e, i, i) == '9' do
+    i = i - 1
+  end
+  if i == 0 then
+    return '1' .. string.rep('0', #e)
+  end
+  return string.sub(e, 1, i - 1) .. string.char(string.byte(e, i) + 1) .. string.rep('0', #e - i)
+end
+
+-- The larger of epochs `a` and `b`.
+local function epoch_max(a, b)
+  if epoch_cmp(a, b) >= 0 then
+    return a
+  end
+  return b
+end
+
 -- A session's copy in a bucket, as its expiry (ms) and hostname: from its liveness entry
 -- ('{expiry} {hostname}': hostnames hold no space), or from the copy itself when it has none
 -- (a copy written before liveness entries existed); nil when the bucket has neither.

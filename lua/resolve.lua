@@ -181,10 +181,11 @@ if not chosen then
 end
 
 -- 7. Mint the epoch, list the overwritten row, take one unit of headroom, write the row.
-local last = tonumber(redis.call('GET', epoch_key) or '0')
-local previous = (old and old.epoch) and tonumber(old.epoch) or 0
-local epoch = math.max(now, previous + 1, last + 1)
-redis.call('SET', epoch_key, string.format('%d', epoch))
+-- In digits (`epoch_cmp`): max(now, previous + 1, last + 1), exact at any size.
+local last = redis.call('GET', epoch_key) or '0'
+local previous = (old and old.epoch and old.epoch ~= '') and old.epoch or '0'
+local epoch = epoch_max(string.format('%d', now), epoch_max(epoch_next(previous), epoch_next(last)))
+redis.call('SET', epoch_key, epoch)
 -- A placeholder never had an owner to fence off: nothing to list.
 local displaced = old and type(old.sessionId) == 'string' and old.sessionId ~= ''
 if displaced then
@@ -193,7 +194,7 @@ end
 local rec = cjson.decode(redis.call('HGET', workers, chosen.sid))
 rec.headroom = rec.headroom - 1
 redis.call('HSET', workers, chosen.sid, cjson.encode(rec))
-local row = {sessionId = chosen.sid, epoch = string.format('%d', epoch)}
+local row = {sessionId = chosen.sid, epoch = epoch}
 if hostname ~= '' then
   row.hostname = hostname
 end

@@ -745,3 +745,43 @@ fn m2_binding_epochs_are_exact_integers() {
     let r = register("c", "h3", "c", "18446744073709551616");
     assert_eq!(r.status, 400, "{}", r.text());
 }
+
+/// M2: placement epochs are minted as max(now, previous + 1, counter + 1) in digits, not in
+/// Lua numbers: a row at 2^53 + 1 whose owner died is re-placed at exactly 2^53 + 2, and a
+/// counter at 10^17 - 1 mints 10^17 (a double would have rounded both).
+#[test]
+fn m2_placement_epochs_are_minted_exactly_above_2_pow_53() {
+    let (f, worker, _) = warm_fleet(&[]);
+    f.put_row(
+        "/threads",
+        "big-epoch",
+        json!({"sessionId": "a-dead-session", "epoch": "9007199254740993"}),
+    );
+    assert_eq!(get(f.node.addr, "/threads/big-epoch/x", None).status, 200);
+    assert_eq!(
+        f.row("/threads", "big-epoch").unwrap()["epoch"],
+        "9007199254740994"
+    );
+    let seen = worker.requests();
+    let forwarded = seen
+        .iter()
+        .rfind(|s| s.path == "/threads/big-epoch/x")
+        .unwrap();
+    assert_eq!(forwarded.header("pinboard-epoch"), Some("9007199254740994"));
+
+    let id = "next-epoch";
+    let bucket = pinboard::store::bucket_of(id, support::fleet::SHARDS);
+    f.cli(&["SET", &f.keys.bucket(bucket).epoch, "99999999999999999"]);
+    assert_eq!(
+        get(f.node.addr, &format!("/threads/{id}/x"), None).status,
+        200
+    );
+    assert_eq!(
+        f.row("/threads", id).unwrap()["epoch"],
+        "100000000000000000"
+    );
+    assert_eq!(
+        f.cli(&["GET", &f.keys.bucket(bucket).epoch]),
+        "100000000000000000"
+    );
+}
