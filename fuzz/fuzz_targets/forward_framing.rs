@@ -38,6 +38,7 @@ fuzz_target!(|data: &[u8]| {
         attestation: b"token",
         upgrade: None,
         correlation: &correlation,
+        drop_authorization: false,
     };
     let path = head.uri.path_and_query().map_or("/", |pq| pq.as_str());
     let mut out = BytesMut::new();
@@ -49,7 +50,8 @@ fuzz_target!(|data: &[u8]| {
         &forwarded,
         BodyFraming::from(framing),
         &mut out,
-    );
+    )
+    .expect("every head the decoder accepts can be forwarded");
 
     let mut parsed = [httparse::EMPTY_HEADER; 256];
     let mut upstream = httparse::Request::new(&mut parsed);

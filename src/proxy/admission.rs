@@ -29,6 +29,9 @@ pub struct Admitted {
     pub caller_session: Option<Session>,
     /// Extra attestation claims, as JSON members (`"caller":…,"depth":…` or `"acct":…`).
     pub claims: Option<Vec<u8>>,
+    /// The data-plane passport verified the client's `Authorization`: the worker gets the
+    /// identity in `acct`, not the credential (unless `forwards.keep_authorization`).
+    pub passport_consumed: bool,
 }
 
 fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
@@ -108,6 +111,7 @@ async fn caller(
     Ok(Admitted {
         caller_session: Some(session),
         claims: Some(claims.into_bytes()),
+        passport_consumed: false,
     })
 }
 
@@ -170,6 +174,7 @@ fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Adm
     Ok(Admitted {
         caller_session: None,
         claims: Some(claims.into_bytes()),
+        passport_consumed: true,
     })
 }
 
