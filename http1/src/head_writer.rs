@@ -46,6 +46,8 @@ impl<'a> HeadWriter<'a> {
             return Err(Unwritable("method"));
         }
         let starts_with_slash = base.bytes().chain(target.bytes()).next() == Some(b'/');
+        // No space or control byte: those end the target or the line. Bytes past ASCII are no
+        // danger to the framing, and some clients send them unencoded.
         let clean = |s: &str| s.bytes().all(|b| b > b' ' && b != 0x7f);
         if !starts_with_slash || !clean(base) || !clean(target) {
             return Err(Unwritable("request target"));
@@ -162,6 +164,12 @@ mod tests {
         assert_eq!(
             &out[..],
             b"keptGET /base/t/x?q=1 HTTP/1.1\r\nhost: w:1\r\nx-tab: a\tb\r\n\r\n"
+        );
+        // Bytes past ASCII, which some clients send unencoded, cannot split the request line.
+        let (out, _) = head("/t/\u{456}", &[]);
+        assert_eq!(
+            &out[..],
+            "keptGET /base/t/\u{456} HTTP/1.1\r\n\r\n".as_bytes()
         );
         let mut out = BytesMut::new();
         let mut w = HeadWriter::response(&mut out, StatusCode::OK);
