@@ -71,6 +71,7 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
         attestation,
         upgrade: None,
         correlation: &correlation,
+        drop_authorization: false,
     };
     let mut dst = BytesMut::with_capacity(2048);
 
@@ -83,7 +84,8 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
         &forwarded,
         BodyFraming::Length(512),
         &mut dst,
-    );
+    )
+    .unwrap();
     group.throughput(Throughput::Bytes(dst.len() as u64));
     group.bench_function("request_head", |b| {
         b.iter(|| {
@@ -96,7 +98,8 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
                 &forwarded,
                 BodyFraming::Length(512),
                 &mut dst,
-            );
+            )
+            .unwrap();
             dst.len()
         })
     });
@@ -109,7 +112,8 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
         Persistence::Implicit,
         correlation.request_id(),
         &mut dst,
-    );
+    )
+    .unwrap();
     group.throughput(Throughput::Bytes(dst.len() as u64));
     group.bench_function("response_head", |b| {
         b.iter(|| {
@@ -121,7 +125,8 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
                 Persistence::Implicit,
                 correlation.request_id(),
                 &mut dst,
-            );
+            )
+            .unwrap();
             dst.len()
         })
     });

@@ -89,6 +89,10 @@ const fn route(path: &'static str, scope: &'static str, method: Takes, name: Nam
     }
 }
 
+/// What a 405 to `CONNECT` names in `Allow`: the methods of RFC 9110 §9.3 the data plane
+/// forwards (any other, but `PRI`, is forwarded too).
+const FORWARDED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH";
+
 /// Every route the node answers itself.
 const ROUTES: [Route; 16] = [
     Route {
@@ -287,6 +291,15 @@ async fn dispatch(
     correlation: &Correlation,
     record: &mut Record,
 ) -> Handled {
+    // Neither is forwarded (issue 23, L6). CONNECT asks for a tunnel to another host, which the
+    // node never opens (RFC 9110 §9.3.6); `PRI` is HTTP/2's connection preface (RFC 9113
+    // §3.4), no HTTP/1.1 request. What follows either on the connection is not HTTP/1.1: closed.
+    if req.method() == Method::CONNECT {
+        return Ok(answers::method_not_allowed(FORWARDED_METHODS).closing());
+    }
+    if req.method().as_str() == "PRI" {
+        return Ok(answers::bad_request("bad request").closing());
+    }
     let raw = req.path();
     if let Some(route) = ROUTES
         .iter()

@@ -189,6 +189,7 @@ fn request_head_allocates_nothing() {
             attestation: b"header.claims.signature",
             upgrade,
             correlation: &correlation,
+            drop_authorization: false,
         };
         let n = allocations_after_warm_up(|| {
             dst.clear();
@@ -200,7 +201,8 @@ fn request_head_allocates_nothing() {
                 &forwarded,
                 BodyFraming::Length(black_box(512)),
                 &mut dst,
-            );
+            )
+            .unwrap();
         });
         assert_eq!(
             n, 0,
@@ -234,7 +236,8 @@ fn response_head_allocates_nothing() {
                 Persistence::KeepAlive,
                 "9b2f4c1e7a3d5b8f0c6e2a4d8b1f3e5c",
                 &mut dst,
-            );
+            )
+            .unwrap();
         });
         assert_eq!(
             n, 0,

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use support::attest::claims_of;
 use support::fleet::Fixture;
 use support::http::{Client, Reply, get};
+use support::node::{config_file, credential};
 use support::worker::{Serve, TestWorker};
 
 fn echo(r: &Reply) -> Value {
@@ -858,23 +859,10 @@ fn caller_attestation() {
     assert_eq!(refusal(r), (403, "target outside caller scope".into()));
 }
 
-fn credential(claims: Value) -> String {
-    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-    header.typ = Some("JWT".into());
-    let key = jsonwebtoken::EncodingKey::from_secret(support::node::SECRET.as_bytes()).unwrap();
-    jsonwebtoken::encode(&header, &claims, &key).unwrap()
-}
-
 #[test]
 fn data_plane_passport() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("pinboard.toml");
-    std::fs::write(
-        &file,
-        "[namespaces.\"/threads\"]\nscopes = [\"threads:read\"]\n",
-    )
-    .unwrap();
-    let f = Fixture::new(&[("PINBOARD_CONFIG", file.to_str().unwrap())]);
+    let (_dir, file) = config_file("[namespaces.\"/threads\"]\nscopes = [\"threads:read\"]\n");
+    let f = Fixture::new(&[("PINBOARD_CONFIG", file.as_str())]);
     f.warm();
     let a = TestWorker::start("secret-a");
     let sa = f.registered(&a, "a");
@@ -894,11 +882,11 @@ fn data_plane_passport() {
         refusal(get_with(&f, "/threads/p1", &bearer("garbage"))),
         (401, "invalid credential".into())
     );
-    let reader = credential(json!({
+    let reader = credential(&json!({
         "sub": "user-1", "scope": "threads:read pinboard:worker other", "team": "blue",
         "pinboard": {"namespaces": ["*"]}, "exp": 4_000_000_000u64
     }));
-    let lacking = credential(json!({"sub": "user-2", "scope": "other", "exp": 4_000_000_000u64}));
+    let lacking = credential(&json!({"sub": "user-2", "scope": "other", "exp": 4_000_000_000u64}));
     assert_eq!(
         refusal(get_with(&f, "/threads/p1", &bearer(&lacking))),
         (403, "insufficient scope".into())
@@ -908,7 +896,7 @@ fn data_plane_passport() {
         (403, "namespace not allowed".into())
     );
     let fenced = credential(
-        json!({"sub": "u", "scope": "threads:read", "pinboard": {"namespaces": ["/docs"]}, "exp": 4_000_000_000u64}),
+        &json!({"sub": "u", "scope": "threads:read", "pinboard": {"namespaces": ["/docs"]}, "exp": 4_000_000_000u64}),
     );
     assert_eq!(
         refusal(get_with(&f, "/threads/p1", &bearer(&fenced))),
@@ -917,8 +905,8 @@ fn data_plane_passport() {
 
     let seen = echo(&get_with(&f, "/threads/p1", &bearer(&reader)));
     assert!(
-        seen["headers"].get("authorization").is_some(),
-        "end-to-end headers pass"
+        seen["headers"].get("authorization").is_none(),
+        "the credential the passport consumed stays at the node (forwards.keep_authorization)"
     );
     let acct = &attested_claims(&seen)["acct"];
     assert_eq!(acct["sub"], "user-1");

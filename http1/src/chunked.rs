@@ -3,6 +3,10 @@
 //! Written here rather than taken from monoio-http, whose decoder waits for each whole chunk in
 //! memory (one declared 1 GiB chunk would be buffered before any size cap could act) and refuses
 //! chunk extensions and trailers that RFC 9112 allows. This one hands out data as it arrives.
+//!
+//! Lines (chunk sizes with their extensions, trailer fields) end at CRLF only, and hold no other
+//! control byte but HTAB: a parser in front of the node that ends a line at a bare LF (or takes a
+//! bare CR or NUL) would read a different body, or a smuggled request, from the same bytes.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -101,10 +105,21 @@ impl ChunkedDecoder {
     }
 }
 
-/// Removes one CRLF-terminated line from `buf`, without its CRLF.
+/// Removes one CRLF-terminated line from `buf`, without its CRLF. A control byte other than HTAB
+/// before the CRLF (a bare LF or CR, a NUL) is malformed, seen as soon as it arrives.
 fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Malformed> {
     let window = &buf[..buf.len().min(MAX_LINE)];
-    match memchr::memmem::find(window, b"\r\n") {
+    let end = memchr::memmem::find(window, b"\r\n");
+    let line = match (end, window.split_last()) {
+        (Some(end), _) => &window[..end],
+        // A CR last may be the start of the CRLF still to come.
+        (None, Some((b'\r', before))) => before,
+        (None, _) => window,
+    };
+    if line.iter().any(|&b| is_forbidden(b)) {
+        return Err(Malformed);
+    }
+    match end {
         Some(end) => {
             let line = buf.split_to(end);
             buf.advance(2);
@@ -113,6 +128,11 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Malformed> {
         None if buf.len() >= MAX_LINE => Err(Malformed),
         None => Ok(None),
     }
+}
+
+/// RFC 9110 §5.5: a control byte (HTAB aside) has no place in a field or extension.
+fn is_forbidden(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
 }
 
 fn parse_size(line: &[u8]) -> Result<u64, Malformed> {
@@ -137,11 +157,16 @@ mod tests {
 
     /// Feeds `input` one byte at a time, as the slowest client would.
     fn decode_bytewise(input: &[u8]) -> Result<(Vec<u8>, bool), Malformed> {
+        decode_in_pieces(input, 1)
+    }
+
+    /// Feeds `input` in reads of `size` bytes.
+    fn decode_in_pieces(input: &[u8], size: usize) -> Result<(Vec<u8>, bool), Malformed> {
         let mut dec = ChunkedDecoder::default();
         let mut buf = BytesMut::new();
         let mut out = Vec::new();
-        for b in input {
-            buf.extend_from_slice(&[*b]);
+        for read in input.chunks(size) {
+            buf.extend_from_slice(read);
             while let Some(piece) = dec.decode(&mut buf)? {
                 match piece {
                     Piece::Data(d) => out.extend_from_slice(&d),
@@ -172,6 +197,9 @@ mod tests {
         assert_eq!(dec.decode(&mut buf).unwrap(), None);
     }
 
+    /// With L5 of issue 23: a line ends at CRLF only, and holds no control byte but HTAB. A
+    /// parser that ends it at a bare LF instead reads another body (or a request) from these
+    /// bytes.
     #[test]
     fn rejects_malformed() {
         for bad in [
@@ -179,10 +207,34 @@ mod tests {
             b"\r\n",
             b"5\r\nhelloXX",
             b"fffffffffffffffff\r\n",
+            // A bare LF inside a chunk extension.
+            b"5;a\nb\r\nhello\r\n0\r\n\r\n",
+            // A bare LF in a trailer, hiding a request behind it.
+            b"0\r\nX: a\nGET /t/x HTTP/1.1\r\n\r\n",
+            b"0\nX: a\r\n\r\n",
+            // A bare CR, and a CR followed by something other than LF.
+            b"5\r;a\r\nhello\r\n0\r\n\r\n",
+            b"0\r\nX: a\rb\r\n\r\n",
+            // NUL, DEL and ESC, in a size line, an extension and a trailer.
+            b"5\0\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\0\r\nhello\r\n0\r\n\r\n",
+            b"0\r\nX: \x7f\r\n\r\n",
+            b"0\r\nX: \x1b[2J\r\n\r\n",
         ] {
-            assert_eq!(decode_bytewise(bad), Err(Malformed), "{bad:?}");
+            // Refused as it trickles in, and whole.
+            for size in [1, bad.len()] {
+                let decoded = decode_in_pieces(bad, size);
+                assert_eq!(decoded, Err(Malformed), "{} by {size}", bad.escape_ascii());
+            }
         }
         let endless = vec![b'1'; MAX_LINE + 1];
         assert_eq!(decode_bytewise(&endless), Err(Malformed));
+    }
+
+    #[test]
+    fn tabs_are_whitespace_in_lines() {
+        // HTAB is whitespace, allowed in an extension and a trailer value.
+        let tabs = b"5\t;a=b\r\nhello\r\n0\r\nX:\ta\r\n\r\n";
+        assert_eq!(decode_bytewise(tabs).unwrap(), (b"hello".to_vec(), true));
     }
 }

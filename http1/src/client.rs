@@ -18,6 +18,7 @@ use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 use super::chunked::{ChunkedDecoder, Piece};
 use super::request::read_into;
 use crate::error::{Error, Origin};
+use crate::head_writer::{HeadWriter, Unwritable};
 use crate::tls::ClientTls;
 use crate::transport::Transport;
 
@@ -140,6 +141,26 @@ pub async fn fetch(
     }
 }
 
+/// The request head of a one-shot call: the caller's `headers` after `host`, `content-length` and
+/// `connection: close`, each checked by [`HeadWriter`].
+fn write_head(
+    out: &mut BytesMut,
+    target: &WorkerAddr,
+    method: &Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body_len: usize,
+) -> Result<(), Unwritable> {
+    let mut head = HeadWriter::request(out, method, &target.base, path)?;
+    head.header("host", target.authority().as_bytes())?;
+    head.header_display("content-length", body_len)?;
+    head.header("connection", b"close")?;
+    for (name, value) in headers {
+        head.header(name, value.as_bytes())?;
+    }
+    head.finish()
+}
+
 async fn exchange(
     target: &WorkerAddr,
     tls: &ClientTls,
@@ -150,32 +171,15 @@ async fn exchange(
     max_body: usize,
 ) -> Result<Answer, Error> {
     let upstream = |context: &'static str| move |e| Error::because(Origin::Upstream, context, e);
+    // Written before connecting: a head that cannot be written is never sent, nor half sent.
+    let mut out = BytesMut::with_capacity(256 + body.len());
+    write_head(&mut out, target, &method, path, headers, body.len())
+        .map_err(|e| Error::because(Origin::Upstream, "writing the request head", e))?;
+    out.extend_from_slice(body);
     let mut stream = target
         .connect(tls)
         .await
         .map_err(|e| upstream("connecting")(e).retryable(true))?;
-
-    let mut out = Vec::with_capacity(256 + body.len());
-    out.extend_from_slice(method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.base.as_bytes());
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(
-        format!(
-            " HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\nconnection: close\r\n",
-            target.authority(),
-            body.len()
-        )
-        .as_bytes(),
-    );
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(body);
     let (written, _) = stream.write_all(out).await;
     written.map_err(upstream("sending the request"))?;
 
@@ -281,7 +285,32 @@ async fn exchange(
 
 #[cfg(test)]
 mod tests {
-    use super::WorkerAddr;
+    use super::*;
+
+    /// M1 of issue 23: whatever a caller hands in (a registration's `secret`), a one-shot call
+    /// is one request head or none at all.
+    #[test]
+    fn a_value_with_a_line_end_is_never_written() {
+        let worker = WorkerAddr::parse("http://127.0.0.1:9/base").unwrap();
+        let secret = "AAAAAAAAAAAAAAAA\r\nX-Injected: yes\r\n\r\nPOST /internal/admin/delete-everything HTTP/1.1\r\n";
+        let mut out = BytesMut::new();
+        let written = write_head(
+            &mut out,
+            &worker,
+            &Method::GET,
+            "/_pinned/challenge?challenge=c",
+            &[("pinboard-proxy-secret", secret)],
+            0,
+        );
+        assert_eq!(written, Err(Unwritable("header value")));
+        let mut out = BytesMut::new();
+        write_head(&mut out, &worker, &Method::POST, "/_wake", &[("x", "1")], 2).unwrap();
+        assert_eq!(
+            &out[..],
+            b"POST /base/_wake HTTP/1.1\r\nhost: 127.0.0.1:9\r\ncontent-length: 2\r\n\
+              connection: close\r\nx: 1\r\n\r\n"
+        );
+    }
 
     #[test]
     fn advertise_url_rules() {

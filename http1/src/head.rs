@@ -5,11 +5,16 @@
 //! carrying both `Transfer-Encoding` and `Content-Length` and ignores conflicting
 //! `Content-Length` values — the ingredients of request smuggling through a proxy — so framing
 //! is decided here, strictly, per RFC 9112 §6.
+//!
+//! The request's host is decided here too, once: an absolute-form target's authority replaces
+//! `Host` (RFC 9112 §3.2.2) and the target is kept in origin form, so that every reader after
+//! (routing, placement by hostname, the forward) sees one host.
 
 use std::io;
 
 use bytes::BytesMut;
-use http::{HeaderMap, Version, header};
+use http::uri::{PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderValue, Method, Uri, Version, header};
 use monoio_codec::{Decoded, Decoder};
 use monoio_http::h1::codec::decoder::{DecodeError, RequestHeadDecoder};
 
@@ -66,10 +71,11 @@ impl Decoder for HeadDecoder {
             return Err(HeadError::Malformed("bare LF in request head".into()));
         }
         match RequestHeadDecoder.decode(src) {
-            Ok(Decoded::Some(head)) => {
+            Ok(Decoded::Some(mut head)) => {
                 if head.headers.get_all(header::HOST).iter().nth(1).is_some() {
                     return Err(HeadError::Malformed("repeated host".into()));
                 }
+                target_authority_to_host(&mut head)?;
                 let framing = framing(&head.headers, head.version)?;
                 Ok(Decoded::Some((head, framing)))
             }
@@ -78,6 +84,43 @@ impl Decoder for HeadDecoder {
             Err(e) => Err(HeadError::Malformed(e.to_string())),
         }
     }
+}
+
+/// RFC 9112 §3.2.2: a request in absolute form (`GET http://a.example/x HTTP/1.1`) is for the
+/// target's authority, whatever `Host` says. That authority becomes `Host` and the target its
+/// path and query. An `http`/`https` target without userinfo only (RFC 9110 §4.2.4); an
+/// authority-form target only for `CONNECT`, which is left for the handler to refuse.
+fn target_authority_to_host(head: &mut http::request::Parts) -> Result<(), HeadError> {
+    let Some(authority) = head.uri.authority() else {
+        return Ok(());
+    };
+    fn malformed<T>(why: &str) -> Result<T, HeadError> {
+        Err(HeadError::Malformed(why.into()))
+    }
+    match head.uri.scheme() {
+        None if head.method == Method::CONNECT => return Ok(()),
+        None => return malformed("authority-form target"),
+        Some(s) if *s != Scheme::HTTP && *s != Scheme::HTTPS => {
+            return malformed("absolute-form target of another scheme");
+        }
+        Some(_) => {}
+    }
+    if authority.as_str().contains('@') {
+        return malformed("userinfo in the target");
+    }
+    let host = HeaderValue::from_str(authority.as_str())
+        .or_else(|_| malformed("invalid target authority"))?;
+    // `http://a.example` and `http://a.example?q` ask for `/` (RFC 9112 §3.2.1).
+    let path = match head.uri.path_and_query() {
+        Some(pq) if pq.path().starts_with('/') => pq.clone(),
+        Some(pq) => {
+            PathAndQuery::try_from(format!("/{pq}")).or_else(|_| malformed("invalid target"))?
+        }
+        None => PathAndQuery::from_static("/"),
+    };
+    head.headers.insert(header::HOST, host);
+    head.uri = Uri::from(path);
+    Ok(())
 }
 
 fn has_bare_lf(head: &[u8]) -> bool {
@@ -183,6 +226,50 @@ mod tests {
         assert!(matches!(decode(body, 8192), Err(HeadError::Malformed(_))));
     }
 
+    fn head_of(raw: &str) -> Result<http::request::Parts, HeadError> {
+        match decode(raw, 8192)? {
+            Decoded::Some((head, _)) => Ok(head),
+            _ => panic!("incomplete"),
+        }
+    }
+
+    /// L6 of issue 23: `GET http://evil.example/t/c42/x` was placed by its `Host` header.
+    #[test]
+    fn absolute_form_authority_replaces_host() {
+        for (raw, host, target) in [
+            (
+                "GET http://a.example/t/c42/x?q=1 HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+                "a.example",
+                "/t/c42/x?q=1",
+            ),
+            (
+                "GET HTTPS://A.example:8443/t/x HTTP/1.1\r\n\r\n",
+                "A.example:8443",
+                "/t/x",
+            ),
+            (
+                "GET http://a.example HTTP/1.1\r\nHost: b\r\n\r\n",
+                "a.example",
+                "/",
+            ),
+            (
+                "GET http://a.example?q HTTP/1.1\r\nHost: b\r\n\r\n",
+                "a.example",
+                "/?q",
+            ),
+            ("GET /t/x HTTP/1.1\r\nHost: b\r\n\r\n", "b", "/t/x"),
+        ] {
+            let head = head_of(raw).unwrap();
+            let hosts: Vec<_> = head.headers.get_all(header::HOST).iter().collect();
+            assert_eq!(hosts, [host], "{raw:?}");
+            assert_eq!(head.uri.to_string(), target, "{raw:?}");
+            assert!(head.uri.authority().is_none());
+        }
+        // CONNECT's authority form is the handler's to refuse.
+        let connect = head_of("CONNECT a.example:443 HTTP/1.1\r\nHost: a.example\r\n\r\n");
+        assert_eq!(connect.unwrap().method, Method::CONNECT);
+    }
+
     #[test]
     fn framing_rules() {
         assert_eq!(framing_of("GET / HTTP/1.1\r\n\r\n").unwrap(), Framing::None);
@@ -212,6 +299,11 @@ mod tests {
             "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
             "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
+            // Targets (issue 23, L6): userinfo, another scheme, an authority form but for
+            // CONNECT.
+            "GET http://user@a.example/t/x HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            "GET ftp://a.example/t/x HTTP/1.1\r\nHost: a.example\r\n\r\n",
+            "GET a.example:80 HTTP/1.1\r\nHost: a.example\r\n\r\n",
         ] {
             assert!(
                 matches!(framing_of(bad), Err(HeadError::Malformed(_))),

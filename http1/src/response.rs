@@ -147,10 +147,19 @@ pub enum Persistence {
 
 impl Persistence {
     pub fn encode(self, dst: &mut BytesMut) {
+        if let Some(value) = self.value() {
+            dst.put_slice(b"connection: ");
+            dst.put_slice(value.as_bytes());
+            dst.put_slice(b"\r\n");
+        }
+    }
+
+    /// The `Connection` value that says it, if one must be sent.
+    pub fn value(self) -> Option<&'static str> {
         match self {
-            Persistence::Implicit => {}
-            Persistence::KeepAlive => dst.put_slice(b"connection: keep-alive\r\n"),
-            Persistence::Close => dst.put_slice(b"connection: close\r\n"),
+            Persistence::Implicit => None,
+            Persistence::KeepAlive => Some("keep-alive"),
+            Persistence::Close => Some("close"),
         }
     }
 }

@@ -84,6 +84,8 @@ pub(super) const KEYS: &[Key] = &[
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
     key!(forwards.ca_file: Option<PathBuf> = optional(text_with(path))),
     key!(forwards.upstream_idle_timeout_ms: u64 = whole(0, MAX_MS)),
+    key!(forwards.upgrade_protocols: Vec<String> = list(text_with(upgrade_protocol))),
+    key!(forwards.keep_authorization: bool = flag),
     key!(secret passport.hs256_secret: Option<String> = optional(text_with(hs256_secret))),
     key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),
@@ -269,6 +271,27 @@ fn node_id(s: &str) -> Result<String, String> {
         ));
     }
     Ok(s.to_owned())
+}
+
+/// An `Upgrade` protocol name (RFC 9110 §7.8: a token, a `/version` allowed), lowercased:
+/// protocols are matched without regard to case.
+fn upgrade_protocol(s: &str) -> Result<String, String> {
+    let token = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let valid = match s.split_once('/') {
+        Some((name, version)) => token(name) && token(version),
+        None => token(s),
+    };
+    if !valid {
+        return Err(format!(
+            "expected a protocol name like \"websocket\", got {s:?}"
+        ));
+    }
+    Ok(s.to_ascii_lowercase())
 }
 
 fn non_empty(s: &str) -> Result<String, String> {

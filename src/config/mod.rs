@@ -239,6 +239,13 @@ pub struct Forwards {
     /// reused). Default 4000, below the 5 s keep-alive of uvicorn, Node and the like; a worker's
     /// shorter `Keep-Alive: timeout` wins.
     pub upstream_idle_timeout_ms: u64,
+    /// The `Upgrade` protocols tunnelled to a worker (names, lowercased; a version after `/`
+    /// goes with its name). An upgrade to any other is forwarded as a plain request without
+    /// its `Upgrade`, and a worker's `101` to it is a 502. Default `["websocket"]`.
+    pub upgrade_protocols: Vec<String>,
+    /// Whether a client's `Authorization` the data-plane passport consumed still reaches the
+    /// worker (it has the identity in the attestation's `acct` either way). Default false.
+    pub keep_authorization: bool,
 }
 
 /// Keys that verify Passport credentials (contract §2).
@@ -339,6 +346,8 @@ impl Default for Config {
                 max_inflight: 1024,
                 ca_file: None,
                 upstream_idle_timeout_ms: 4_000,
+                upgrade_protocols: vec!["websocket".into()],
+                keep_authorization: false,
             },
             metrics: true,
             metrics_listen: None,
@@ -673,6 +682,8 @@ access_log = "json"
 timeout_ms = 5000
 max_inflight = 10
 upstream_idle_timeout_ms = 2500
+upgrade_protocols = ["websocket", "Chat"]
+keep_authorization = true
 
 [passport]
 hs256_secret = "file-secret-0123456789abcdef012345"
@@ -725,6 +736,8 @@ max_rows_per_namespace = 5000
                 max_inflight: 10,
                 ca_file: None,
                 upstream_idle_timeout_ms: 2_500,
+                upgrade_protocols: vec!["websocket".into(), "chat".into()],
+                keep_authorization: true,
             },
             metrics: false,
             metrics_listen: Some("10.0.0.9:9901".parse().unwrap()),
@@ -862,6 +875,8 @@ max_rows_per_namespace = 5000
             ("PINBOARD_FORWARDS__TIMEOUT_MS", "5000"),
             ("PINBOARD_FORWARDS__MAX_INFLIGHT", "10"),
             ("PINBOARD_FORWARDS__UPSTREAM_IDLE_TIMEOUT_MS", "2500"),
+            ("PINBOARD_FORWARDS__UPGRADE_PROTOCOLS", "websocket, Chat"),
+            ("PINBOARD_FORWARDS__KEEP_AUTHORIZATION", "true"),
             ("PINBOARD_METRICS", "false"),
             ("PINBOARD_METRICS_LISTEN", "10.0.0.9:9901"),
             ("PINBOARD_FLEET_EPOCH", "7"),
@@ -1079,6 +1094,18 @@ max_rows_per_namespace = 5000
                 &[],
                 "forwards.max_inflight",
                 "got 0",
+            ),
+            (
+                "forwards.upgrade_protocols = [\"websocket\", \"h2c\\r\\nX: y\"]",
+                &[],
+                "forwards.upgrade_protocols",
+                "item 2",
+            ),
+            (
+                "",
+                &[("PINBOARD_FORWARDS__UPGRADE_PROTOCOLS", "websocket,,")],
+                "forwards.upgrade_protocols",
+                "item 2",
             ),
             ("forwards = 5", &[], "forwards", "expected a table, got 5"),
             (

@@ -32,6 +32,9 @@ pub struct Admitted {
     /// The `sub` of the data-plane credential: whom new placements count against, rather
     /// than the client's address.
     pub account: Option<String>,
+    /// The data-plane passport verified the client's `Authorization`: the worker gets the
+    /// identity in `acct`, not the credential (unless `forwards.keep_authorization`).
+    pub passport_consumed: bool,
 }
 
 fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'r str> {
@@ -112,6 +115,7 @@ async fn caller(
         caller_session: Some(session),
         claims: Some(claims.into_bytes()),
         account: None,
+        passport_consumed: false,
     })
 }
 
@@ -175,6 +179,7 @@ fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Adm
         caller_session: None,
         claims: Some(claims.into_bytes()),
         account: credential.sub.clone(),
+        passport_consumed: true,
     })
 }
 

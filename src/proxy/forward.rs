@@ -54,10 +54,14 @@ pub enum Outcome {
     Stale,
 }
 
-/// The protocol a request asks to switch to: its `Upgrade` value, when `Connection` lists
-/// `upgrade` too. RFC 9110 §7.8: an `Upgrade` without that is no request to switch, and one
-/// on an HTTP/1.0 request is ignored. Owned, as the request is borrowed mutably to forward it.
-pub fn upgrade_protocol(head: &http::request::Parts) -> Option<HeaderValue> {
+/// The protocols of a request's upgrade the node tunnels: of its `Upgrade` list, those
+/// `allowed` names (`forwards.upgrade_protocols`), when `Connection` lists `upgrade` too. RFC
+/// 9110 §7.8: an `Upgrade` without that is no request to switch, and one on an HTTP/1.0
+/// request is ignored. `None` when none is left: the request goes on as a plain one, its
+/// `Upgrade` dropped with the other hop-by-hop headers, so that no worker can switch it to a
+/// protocol the operator did not allow (`h2c` past the node's framing). Owned, as the request
+/// is borrowed mutably to forward it.
+pub fn upgrade_protocol(head: &http::request::Parts, allowed: &[String]) -> Option<HeaderValue> {
     if head.version != Version::HTTP_11 {
         return None;
     }
@@ -69,7 +73,47 @@ pub fn upgrade_protocol(head: &http::request::Parts) -> Option<HeaderValue> {
     if !asked {
         return None;
     }
-    head.headers.get(header::UPGRADE).cloned()
+    let kept: Vec<&[u8]> = head
+        .headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| protocols(v.as_bytes()))
+        .filter(|p| allowed.iter().any(|a| admits(a.as_bytes(), p)))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_bytes(&kept.join(&b", "[..])).ok()
+}
+
+/// The members of an `Upgrade` list, `name` or `name/version`, without blanks.
+fn protocols(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|p| !p.is_empty())
+}
+
+/// A protocol's name, without its `/version`.
+fn protocol_name(protocol: &[u8]) -> &[u8] {
+    protocol.split(|b| *b == b'/').next().unwrap_or(protocol)
+}
+
+/// Whether `allowed` (a name, or `name/version`) admits `protocol`: a name admits each of its
+/// versions. Case does not matter.
+fn admits(allowed: &[u8], protocol: &[u8]) -> bool {
+    protocol.eq_ignore_ascii_case(allowed) || protocol_name(protocol).eq_ignore_ascii_case(allowed)
+}
+
+/// Whether a worker's `101` switches only to protocols the forward asked for (`asked`, the
+/// `Upgrade` it was sent): anything else would tunnel a protocol nobody allowed.
+fn switches_to_asked(asked: &[u8], answer: &http::response::Parts) -> bool {
+    let Some(chosen) = answer.headers.get(header::UPGRADE) else {
+        return false;
+    };
+    let mut chosen = protocols(chosen.as_bytes()).peekable();
+    chosen.peek().is_some()
+        && chosen.all(|c| protocols(asked).any(|a| admits(a, c) || admits(c, a)))
 }
 
 pub struct Exchange<'a> {
@@ -101,7 +145,7 @@ pub async fn exchange(
     // The framing the head decoder decided, restated: never the client's headers re-read.
     let framing = BodyFraming::from(req.framing());
     head.clear();
-    headers::request_head(
+    let written = headers::request_head(
         req.method(),
         &exchange.addr.base,
         exchange.path_and_query,
@@ -110,6 +154,12 @@ pub async fn exchange(
         framing,
         head,
     );
+    if let Err(e) = written {
+        // Every input is checked before it gets here (the client's head by the decoder, the
+        // worker's URL at registration): a value no head may carry is not sent, nor half sent.
+        tracing::warn!(worker = %exchange.addr.authority(), error = %e, "forward: request head not written");
+        return (Outcome::Failed, None);
+    }
 
     // RFC 9110 §9.2.2: only an idempotent request may be sent again without knowing whether
     // the worker acted on it, and only one without a body (a streamed body is gone). So a
@@ -164,9 +214,11 @@ pub async fn exchange(
         }
         match read_head(&mut upstream, exchange.timeout).await {
             Ok(response) if response.status == StatusCode::SWITCHING_PROTOCOLS => {
-                // A switch nobody asked for cannot be relayed: the client would read the
-                // worker's new protocol as an HTTP answer.
-                if exchange.forwarded.upgrade.is_none() {
+                // A switch nobody asked for (or to a protocol not asked for) cannot be
+                // relayed: the client would read the worker's new protocol as an HTTP answer,
+                // or speak one the operator did not allow through the node.
+                let asked = exchange.forwarded.upgrade;
+                if !asked.is_some_and(|asked| switches_to_asked(asked, &response)) {
                     return failed(exchange, UpstreamError::Invalid);
                 }
                 // An upgraded connection carries the tunnel to its end: never pooled.
@@ -390,7 +442,7 @@ async fn relay(
         (false, true) => Persistence::KeepAlive,
         (false, false) => Persistence::Implicit,
     };
-    headers::response_head(
+    let written = headers::response_head(
         head.status,
         &head.headers,
         announced,
@@ -398,6 +450,9 @@ async fn relay(
         exchange.forwarded.correlation.request_id(),
         req.output(),
     );
+    if written.is_err() {
+        return failed(exchange, UpstreamError::Invalid);
+    }
     let status = head.status;
     upstream.keep_alive = keep_alive_timeout(&head.headers);
     let upstream_keeps = head.version == Version::HTTP_11
@@ -449,7 +504,7 @@ async fn switch(
     head: &http::response::Parts,
     exchange: &Exchange<'_>,
 ) -> Outcome {
-    headers::response_head(
+    let written = headers::response_head(
         head.status,
         &head.headers,
         BodyFraming::None,
@@ -457,6 +512,9 @@ async fn switch(
         exchange.forwarded.correlation.request_id(),
         req.output(),
     );
+    if written.is_err() {
+        return failed(exchange, UpstreamError::Invalid).0;
+    }
     if req.flush().await {
         tunnel(req.upgraded(), upstream, exchange.timeout).await;
     }
@@ -629,6 +687,58 @@ impl std::fmt::Write for BytesMutFmt<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn asked(pairs: &[(&str, &str)], version: Version) -> Option<String> {
+        let mut builder = http::Request::builder().version(version);
+        for (k, v) in pairs {
+            builder = builder.header(*k, *v);
+        }
+        let (head, ()) = builder.body(()).unwrap().into_parts();
+        let allowed = ["websocket".to_string(), "chat/2".to_string()];
+        upgrade_protocol(&head, &allowed).map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    /// L6 of issue 23: only an allowed protocol is tunnelled; `h2c` goes on as a plain request.
+    #[test]
+    fn only_allowed_upgrades_are_tunnelled() {
+        let v11 = Version::HTTP_11;
+        let ws = [("connection", "Upgrade"), ("upgrade", "WebSocket")];
+        assert_eq!(asked(&ws, v11).as_deref(), Some("WebSocket"));
+        assert_eq!(asked(&ws, Version::HTTP_10), None);
+        assert_eq!(asked(&ws[1..], v11), None);
+        let h2c = [
+            ("connection", "Upgrade, HTTP2-Settings"),
+            ("upgrade", "h2c"),
+        ];
+        assert_eq!(asked(&h2c, v11), None);
+        let mixed = [
+            ("connection", "upgrade"),
+            ("upgrade", "h2c, websocket/13, chat/1, chat/2"),
+        ];
+        assert_eq!(asked(&mixed, v11).as_deref(), Some("websocket/13, chat/2"));
+    }
+
+    #[test]
+    fn a_switch_must_be_to_a_protocol_asked_for() {
+        let answer = |upgrade: Option<&str>| {
+            let mut builder = http::Response::builder().status(101);
+            if let Some(u) = upgrade {
+                builder = builder.header("upgrade", u);
+            }
+            builder.body(()).unwrap().into_parts().0
+        };
+        assert!(switches_to_asked(b"websocket", &answer(Some("websocket"))));
+        assert!(switches_to_asked(
+            b"websocket/13",
+            &answer(Some("WebSocket"))
+        ));
+        assert!(!switches_to_asked(b"websocket", &answer(Some("h2c"))));
+        assert!(!switches_to_asked(
+            b"websocket",
+            &answer(Some("websocket, h2c"))
+        ));
+        assert!(!switches_to_asked(b"websocket", &answer(None)));
+    }
 
     #[test]
     fn keep_alive_timeout_is_read_from_its_parameter() {

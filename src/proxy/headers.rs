@@ -2,19 +2,22 @@
 //! buffer (no intermediate header map, nothing allocated per request):
 //!
 //! - towards the worker: every inbound `Pinboard-*` header stripped, hop-by-hop headers (and
-//!   every header `Connection` names) dropped, `X-Forwarded-For` replaced by the observed peer,
+//!   every end-to-end extra `Connection` names, never `Host`) dropped, `Authorization` dropped
+//!   when the data-plane passport consumed it, `X-Forwarded-For` replaced by the observed peer,
 //!   `Pinboard-Epoch` and `Pinboard-Attestation` added, framing restated;
 //! - towards the client: `Pinboard-*` and hop-by-hop headers dropped, `X-Accel-Buffering: no`
 //!   added, framing restated.
+//!
+//! Every field goes through [`HeadWriter`], which refuses a value with CR, LF, NUL or another
+//! control byte: a head that cannot be written whole is not written at all ([`Unwritable`]).
 
-use std::io::Write;
 use std::net::IpAddr;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
 use crate::correlation::{Correlation, REQUEST_ID, TRACEPARENT, TRACESTATE};
-use crate::http::Framing;
+use crate::http::{Framing, HeadWriter, Unwritable};
 
 /// How a message body is delimited on the wire we write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,13 +40,11 @@ impl From<Framing> for BodyFraming {
 }
 
 impl BodyFraming {
-    fn encode(self, dst: &mut BytesMut) {
+    fn encode(self, head: &mut HeadWriter<'_>) -> Result<(), Unwritable> {
         match self {
-            BodyFraming::Length(n) => {
-                let _ = write!(dst.writer(), "content-length: {n}\r\n");
-            }
-            BodyFraming::Chunked => dst.put_slice(b"transfer-encoding: chunked\r\n"),
-            BodyFraming::None | BodyFraming::Close => {}
+            BodyFraming::Length(n) => head.header_display("content-length", n),
+            BodyFraming::Chunked => head.header("transfer-encoding", b"chunked"),
+            BodyFraming::None | BodyFraming::Close => Ok(()),
         }
     }
 }
@@ -83,18 +84,27 @@ fn named_by_connection(headers: &HeaderMap, name: &HeaderName) -> bool {
     })
 }
 
-fn copy_end_to_end(headers: &HeaderMap, skip: impl Fn(&HeaderName) -> bool, dst: &mut BytesMut) {
+/// Copies every end-to-end header but those `skip` names. A header `Connection` lists is
+/// hop-by-hop, except `Host`: the request's target, by which the node placed it, is never the
+/// client's to drop (issue 23, L6). The headers the node decides itself (framing, identity,
+/// `X-Forwarded-For`, `Pinboard-*`) are never copied, so `Connection` cannot remove them either.
+fn copy_end_to_end(
+    headers: &HeaderMap,
+    skip: impl Fn(&HeaderName) -> bool,
+    head: &mut HeadWriter<'_>,
+) -> Result<(), Unwritable> {
     let connection_lists = headers.contains_key(header::CONNECTION);
     for (name, value) in headers {
         if hop_by_hop(name)
             || is_pinboard(name)
             || skip(name)
-            || (connection_lists && named_by_connection(headers, name))
+            || (connection_lists && name != header::HOST && named_by_connection(headers, name))
         {
             continue;
         }
-        put_header(dst, name.as_str(), value.as_bytes());
+        head.header(name.as_str(), value.as_bytes())?;
     }
+    Ok(())
 }
 
 /// What identifies a forward to its worker.
@@ -102,13 +112,19 @@ pub struct Forwarded<'a> {
     pub peer: IpAddr,
     pub epoch: &'a str,
     pub attestation: &'a [u8],
-    /// `Some(protocol)` for an upgrade (`Upgrade` and `Connection: upgrade` are kept).
+    /// `Some(protocols)` for an upgrade the node tunnels (`Upgrade`, with only the protocols
+    /// `forwards.upgrade_protocols` allows, and `Connection: upgrade` are written).
     pub upgrade: Option<&'a [u8]>,
     /// The request's id and trace context, written in place of the client's.
     pub correlation: &'a Correlation,
+    /// The client's `Authorization` is left out: the data-plane passport consumed it, and the
+    /// worker has the identity in the attestation's `acct` (unless
+    /// `forwards.keep_authorization`).
+    pub drop_authorization: bool,
 }
 
-/// Writes the request head sent to the worker.
+/// Writes the request head sent to the worker after what `dst` holds; on [`Unwritable`],
+/// nothing of it stays.
 pub fn request_head(
     method: &Method,
     base: &str,
@@ -117,12 +133,8 @@ pub fn request_head(
     forwarded: &Forwarded<'_>,
     framing: BodyFraming,
     dst: &mut BytesMut,
-) {
-    dst.put_slice(method.as_str().as_bytes());
-    dst.put_u8(b' ');
-    dst.put_slice(base.as_bytes());
-    dst.put_slice(path_and_query.as_bytes());
-    dst.put_slice(b" HTTP/1.1\r\n");
+) -> Result<(), Unwritable> {
+    let mut head = HeadWriter::request(dst, method, base, path_and_query)?;
     let correlation = forwarded.correlation;
     let started_trace = correlation.started_trace();
     copy_end_to_end(
@@ -132,35 +144,26 @@ pub fn request_head(
                 || name == REQUEST_ID
                 || name == TRACEPARENT
                 || (started_trace && name == TRACESTATE)
+                || (forwarded.drop_authorization && name == header::AUTHORIZATION)
         },
-        dst,
-    );
-    let _ = write!(dst.writer(), "x-forwarded-for: {}\r\n", forwarded.peer);
-    put_header(dst, REQUEST_ID, correlation.request_id().as_bytes());
-    put_header(dst, TRACEPARENT, correlation.traceparent().as_bytes());
-    dst.put_slice(b"pinboard-epoch: ");
-    dst.put_slice(forwarded.epoch.as_bytes());
-    dst.put_slice(b"\r\npinboard-attestation: ");
-    dst.put_slice(forwarded.attestation);
-    dst.put_slice(b"\r\n");
-    if let Some(protocol) = forwarded.upgrade {
-        dst.put_slice(b"connection: upgrade\r\nupgrade: ");
-        dst.put_slice(protocol);
-        dst.put_slice(b"\r\n");
+        &mut head,
+    )?;
+    head.header_display("x-forwarded-for", forwarded.peer)?;
+    head.header(REQUEST_ID, correlation.request_id().as_bytes())?;
+    head.header(TRACEPARENT, correlation.traceparent().as_bytes())?;
+    head.header("pinboard-epoch", forwarded.epoch.as_bytes())?;
+    head.header("pinboard-attestation", forwarded.attestation)?;
+    if let Some(protocols) = forwarded.upgrade {
+        head.header("connection", b"upgrade")?;
+        head.header("upgrade", protocols)?;
     }
-    framing.encode(dst);
-    dst.put_slice(b"\r\n");
-}
-
-fn put_header(dst: &mut BytesMut, name: &str, value: &[u8]) {
-    dst.put_slice(name.as_bytes());
-    dst.put_slice(b": ");
-    dst.put_slice(value);
-    dst.put_slice(b"\r\n");
+    framing.encode(&mut head)?;
+    head.finish()
 }
 
 /// Writes the response head relayed to the client, with the request's id in place of any the
-/// worker sent.
+/// worker sent, after what `dst` holds; on [`Unwritable`] (a worker's field no head may carry),
+/// nothing of it stays.
 pub fn response_head(
     status: StatusCode,
     headers: &HeaderMap,
@@ -168,22 +171,21 @@ pub fn response_head(
     connection: crate::http::Persistence,
     request_id: &str,
     dst: &mut BytesMut,
-) {
-    crate::http::encode_status_line(status, dst);
-    copy_end_to_end(headers, |name| name == REQUEST_ID, dst);
-    put_header(dst, REQUEST_ID, request_id.as_bytes());
+) -> Result<(), Unwritable> {
+    let mut head = HeadWriter::response(dst, status);
+    copy_end_to_end(headers, |name| name == REQUEST_ID, &mut head)?;
+    head.header(REQUEST_ID, request_id.as_bytes())?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(upgrade) = headers.get(header::UPGRADE) {
-            dst.put_slice(b"connection: upgrade\r\nupgrade: ");
-            dst.put_slice(upgrade.as_bytes());
-            dst.put_slice(b"\r\n");
+            head.header("connection", b"upgrade")?;
+            head.header("upgrade", upgrade.as_bytes())?;
         }
-    } else {
-        connection.encode(dst);
+    } else if let Some(value) = connection.value() {
+        head.header("connection", value.as_bytes())?;
     }
-    dst.put_slice(b"x-accel-buffering: no\r\n");
-    framing.encode(dst);
-    dst.put_slice(b"\r\n");
+    head.header("x-accel-buffering", b"no")?;
+    framing.encode(&mut head)?;
+    head.finish()
 }
 
 #[cfg(test)]
@@ -231,6 +233,7 @@ mod tests {
             attestation: b"tok",
             upgrade: None,
             correlation: &correlation,
+            drop_authorization: false,
         };
         request_head(
             &Method::POST,
@@ -240,7 +243,8 @@ mod tests {
             &forwarded,
             BodyFraming::Length(5),
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\n\
@@ -250,6 +254,97 @@ mod tests {
              pinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
              content-length: 5\r\n\r\n"
         );
+    }
+
+    /// The head `request_head` writes after `before`, or its refusal (and what `dst` holds).
+    fn forward_of(
+        inbound: &HeaderMap,
+        drop_authorization: bool,
+        epoch: &str,
+    ) -> Result<String, (Unwritable, BytesMut)> {
+        let correlation = Correlation::of(inbound, || 1);
+        let forwarded = Forwarded {
+            peer: "127.0.0.9".parse().unwrap(),
+            epoch,
+            attestation: b"tok",
+            upgrade: None,
+            correlation: &correlation,
+            drop_authorization,
+        };
+        let mut out = BytesMut::from(&b"before"[..]);
+        let none = BodyFraming::None;
+        match request_head(
+            &Method::GET,
+            "",
+            "/t/x",
+            inbound,
+            &forwarded,
+            none,
+            &mut out,
+        ) {
+            Ok(()) => Ok(String::from_utf8(out.to_vec()).unwrap()),
+            Err(e) => Err((e, out)),
+        }
+    }
+
+    /// L6 of issue 23: `Connection: host` dropped the Host the node placed the request by. A
+    /// header `Connection` names is dropped only when it is an end-to-end extra.
+    #[test]
+    fn connection_cannot_drop_host_or_what_the_node_writes() {
+        let inbound = headers(&[
+            ("host", "edge.example"),
+            (
+                "connection",
+                "host, x-forwarded-for, x-request-id, traceparent, pinboard-epoch, x-extra",
+            ),
+            ("x-extra", "1"),
+            ("x-request-id", "rid"),
+        ]);
+        let out = forward_of(&inbound, false, "42").unwrap();
+        for kept in [
+            "\r\nhost: edge.example\r\n",
+            "\r\nx-forwarded-for: 127.0.0.9\r\n",
+            "\r\nx-request-id: rid\r\n",
+            "\r\ntraceparent: ",
+            "\r\npinboard-epoch: 42\r\n",
+        ] {
+            assert!(out.contains(kept), "{kept:?} missing from {out}");
+        }
+        assert!(!out.contains("x-extra"), "{out}");
+    }
+
+    /// L7 of issue 23: the credential the data-plane passport consumed stays at the node.
+    #[test]
+    fn authorization_is_dropped_when_the_passport_consumed_it() {
+        let inbound = headers(&[("host", "h"), ("authorization", "Bearer secret")]);
+        assert!(
+            !forward_of(&inbound, true, "1")
+                .unwrap()
+                .contains("authorization")
+        );
+        assert!(
+            forward_of(&inbound, false, "1")
+                .unwrap()
+                .contains("\r\nauthorization: Bearer secret\r\n")
+        );
+    }
+
+    /// M1 of issue 23: a value with a line end is never written, and nothing of the head is
+    /// left behind.
+    #[test]
+    fn an_unwritable_value_leaves_nothing() {
+        let inbound = headers(&[("host", "h")]);
+        for epoch in ["1\r\nX-Injected: yes", "1\n", "\0"] {
+            let (refused, out) = forward_of(&inbound, false, epoch).unwrap_err();
+            assert_eq!(refused, Unwritable("header value"));
+            assert_eq!(&out[..], b"before");
+        }
+        let upstream = headers(&[("x-ok", "1")]);
+        let mut out = BytesMut::from(&b"before"[..]);
+        let (none, implicit) = (BodyFraming::None, crate::http::Persistence::Implicit);
+        let written = response_head(StatusCode::OK, &upstream, none, implicit, "a\rb", &mut out);
+        assert!(written.is_err());
+        assert_eq!(&out[..], b"before");
     }
 
     /// The names `request_head` writes as literals (no header map on this path) are the
@@ -264,10 +359,11 @@ mod tests {
             attestation: b"tok",
             upgrade: None,
             correlation: &correlation,
+            drop_authorization: false,
         };
         let mut out = BytesMut::new();
         let (empty, none) = (HeaderMap::new(), BodyFraming::None);
-        request_head(&Method::GET, "", "/t/x", &empty, &forwarded, none, &mut out);
+        request_head(&Method::GET, "", "/t/x", &empty, &forwarded, none, &mut out).unwrap();
         let out = std::str::from_utf8(&out).unwrap();
         assert!(out.contains(&format!("\r\n{EPOCH}: 42\r\n")), "{out}");
         assert!(
@@ -294,7 +390,8 @@ mod tests {
             crate::http::Persistence::Implicit,
             "req-1",
             &mut out,
-        );
+        )
+        .unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\npinned-refusal: kept: not ours to judge here\r\n\

@@ -8,7 +8,7 @@ mod headers;
 
 use std::time::{Duration, Instant};
 
-use http::{StatusCode, header};
+use http::{StatusCode, Version, header};
 
 pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 
@@ -67,6 +67,11 @@ pub async fn handle(
     correlation: &Correlation,
     record: &mut Record,
 ) -> Handled {
+    // RFC 9112 §3.2: an HTTP/1.1 request names its host (a second `Host` is refused with the
+    // head; an absolute-form target's authority became `Host` there).
+    if req.version() == Version::HTTP_11 && req.header(header::HOST).is_none() {
+        return Ok(answers::bad_request("missing Host header"));
+    }
     let standing = core.shared.standing();
     if standing == Standing::NotServing {
         record.outcome(core.counters(), "not-serving");
@@ -79,7 +84,7 @@ pub async fn handle(
     record.id = route.id.into();
     let config = &core.shared.config;
     // The protocol an upgrade asks for, kept towards the worker.
-    let protocol = forward::upgrade_protocol(&req.head);
+    let protocol = forward::upgrade_protocol(&req.head, &config.forwards.upgrade_protocols);
     let upgrade = protocol.is_some();
     // Only a request without a body can be sent again after an in-band refusal.
     let replayable = !req.has_body();
@@ -216,6 +221,8 @@ pub async fn handle(
                 attestation: &buffers.token,
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),
                 correlation,
+                drop_authorization: admitted.passport_consumed
+                    && !config.forwards.keep_authorization,
             },
             timeout,
             // After two re-resolves the forward goes anyway: the worker's epoch guard catches

@@ -244,6 +244,25 @@ pub fn token_for_hosts(
     .expect("mint test token")
 }
 
+/// A configuration file holding `text`, for `PINBOARD_CONFIG` (settings with no environment
+/// form, like `namespaces`): its directory, which removes it when dropped, and its path.
+pub fn config_file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pinboard.toml");
+    std::fs::write(&file, text).unwrap();
+    let path = file.to_str().unwrap().to_owned();
+    (dir, path)
+}
+
+/// An HS256 credential carrying exactly `claims` (a data-plane passport's, say), signed with
+/// the test secret.
+pub fn credential(claims: &serde_json::Value) -> String {
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    header.typ = Some("JWT".into());
+    let key = jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()).unwrap();
+    jsonwebtoken::encode(&header, claims, &key).unwrap()
+}
+
 /// `pinboard serve` on `redis_url` with the test HS256 secret, on a port the kernel picks,
 /// none of this process's `PINBOARD_*` settings, and `env` over that; its stderr to `stderr`.
 /// Run by `wrapper` when it names a program.

@@ -1,0 +1,242 @@
+//! Heads written onto the wire, every byte checked: the one way a request line or a header
+//! field is written towards a worker (the node's forwards, its registration and heartbeat
+//! probes, `_wake` and `_pinned/stats` calls, a worker's calls to its registry) and a relayed
+//! answer's fields towards a client.
+//!
+//! A value comes from anywhere: a registration's `secret`, a client's header, a worker's
+//! answer, an epoch. Written raw, one holding CR or LF ends the head early and starts another
+//! request (issue 23, M1: a secret with `\r\n\r\nPOST /internal/...` rode along on every
+//! probe). So a header name must be a token, a value may hold no control byte but HTAB (RFC
+//! 9110 §5.5: no CR, LF or NUL among them), and a request target no space or control byte; what
+//! breaks a rule is refused with [`Unwritable`], and nothing of its head is left in the buffer.
+
+use std::fmt::Display;
+use std::io::Write;
+
+use bytes::{BufMut, BytesMut};
+use http::{Method, StatusCode};
+
+use crate::response::encode_status_line;
+
+/// A request line or header field that would not be one line of one head.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unwritable {0}: it holds a byte the HTTP/1.1 grammar does not allow there")]
+pub struct Unwritable(pub &'static str);
+
+/// Writes one head into a buffer, after whatever it already holds. Once a field is refused,
+/// the whole head is taken back out of the buffer and every later call is refused too: a head
+/// is written whole or not at all.
+pub struct HeadWriter<'a> {
+    dst: &'a mut BytesMut,
+    /// Where the head starts in `dst`.
+    start: usize,
+    refused: Option<Unwritable>,
+}
+
+impl<'a> HeadWriter<'a> {
+    /// Starts a request head: `METHOD {base}{target} HTTP/1.1`. The target (`base` then
+    /// `target`, either may be empty) must start with `/` and hold no space or control byte.
+    pub fn request(
+        dst: &'a mut BytesMut,
+        method: &Method,
+        base: &str,
+        target: &str,
+    ) -> Result<HeadWriter<'a>, Unwritable> {
+        if !method.as_str().bytes().all(is_tchar) {
+            return Err(Unwritable("method"));
+        }
+        let starts_with_slash = base.bytes().chain(target.bytes()).next() == Some(b'/');
+        // No space or control byte: those end the target or the line. Bytes past ASCII are no
+        // danger to the framing, and some clients send them unencoded.
+        let clean = |s: &str| s.bytes().all(|b| b > b' ' && b != 0x7f);
+        if !starts_with_slash || !clean(base) || !clean(target) {
+            return Err(Unwritable("request target"));
+        }
+        let start = dst.len();
+        dst.put_slice(method.as_str().as_bytes());
+        dst.put_u8(b' ');
+        dst.put_slice(base.as_bytes());
+        dst.put_slice(target.as_bytes());
+        dst.put_slice(b" HTTP/1.1\r\n");
+        Ok(HeadWriter {
+            dst,
+            start,
+            refused: None,
+        })
+    }
+
+    /// Starts a response head: its status line.
+    pub fn response(dst: &'a mut BytesMut, status: StatusCode) -> HeadWriter<'a> {
+        let start = dst.len();
+        encode_status_line(status, dst);
+        HeadWriter {
+            dst,
+            start,
+            refused: None,
+        }
+    }
+
+    /// Writes `name: value`.
+    pub fn header(&mut self, name: &str, value: &[u8]) -> Result<(), Unwritable> {
+        self.checked(name, |dst| dst.put_slice(value))
+    }
+
+    /// Writes `name: value` with `value` formatted in place (a number, an address): nothing
+    /// allocated, and the formatted bytes are held to the same rule.
+    pub fn header_display(&mut self, name: &str, value: impl Display) -> Result<(), Unwritable> {
+        self.checked(name, |dst| {
+            let _ = write!(dst.writer(), "{value}");
+        })
+    }
+
+    /// Ends the head (its empty line); a refused head stays unwritten.
+    pub fn finish(self) -> Result<(), Unwritable> {
+        match self.refused {
+            Some(refused) => Err(refused),
+            None => {
+                self.dst.put_slice(b"\r\n");
+                Ok(())
+            }
+        }
+    }
+
+    fn checked(&mut self, name: &str, value: impl FnOnce(&mut BytesMut)) -> Result<(), Unwritable> {
+        if let Some(refused) = &self.refused {
+            return Err(refused.clone());
+        }
+        let refused = if name.is_empty() || !name.bytes().all(is_tchar) {
+            Some(Unwritable("header name"))
+        } else {
+            self.dst.put_slice(name.as_bytes());
+            self.dst.put_slice(b": ");
+            let value_at = self.dst.len();
+            value(self.dst);
+            self.dst[value_at..]
+                .iter()
+                .any(|&b| is_control(b))
+                .then_some(Unwritable("header value"))
+        };
+        match refused {
+            None => {
+                self.dst.put_slice(b"\r\n");
+                Ok(())
+            }
+            Some(refused) => {
+                self.dst.truncate(self.start);
+                self.refused = Some(refused.clone());
+                Err(refused)
+            }
+        }
+    }
+}
+
+/// RFC 9110 §5.6.2's `tchar`: what a method or a field name is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// RFC 9110 §5.5: a field value holds visible bytes, spaces and HTABs; any other control byte
+/// (CR, LF and NUL among them) is refused.
+fn is_control(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head written after `kept`, with each field's outcome and then the head's.
+    fn head(target: &str, fields: &[(&str, &[u8])]) -> (BytesMut, Vec<Result<(), Unwritable>>) {
+        let mut out = BytesMut::from(&b"kept"[..]);
+        let mut results = Vec::new();
+        let mut w = HeadWriter::request(&mut out, &Method::GET, "/base", target).unwrap();
+        for (name, value) in fields {
+            results.push(w.header(name, value));
+        }
+        results.push(w.finish());
+        (out, results)
+    }
+
+    #[test]
+    fn writes_a_head_after_what_the_buffer_holds() {
+        let (out, results) = head("/t/x?q=1", &[("host", b"w:1"), ("x-tab", b"a\tb")]);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(
+            &out[..],
+            b"keptGET /base/t/x?q=1 HTTP/1.1\r\nhost: w:1\r\nx-tab: a\tb\r\n\r\n"
+        );
+        // Bytes past ASCII, which some clients send unencoded, cannot split the request line.
+        let (out, _) = head("/t/\u{456}", &[]);
+        assert_eq!(
+            &out[..],
+            "keptGET /base/t/\u{456} HTTP/1.1\r\n\r\n".as_bytes()
+        );
+        let mut out = BytesMut::new();
+        let mut w = HeadWriter::response(&mut out, StatusCode::OK);
+        w.header_display("content-length", 42).unwrap();
+        w.finish().unwrap();
+        assert_eq!(&out[..], b"HTTP/1.1 200 OK\r\ncontent-length: 42\r\n\r\n");
+    }
+
+    /// M1 of issue 23: a registration secret with CRLF in it was a second request on the wire.
+    #[test]
+    fn refuses_values_that_would_end_the_line() {
+        let smuggled = b"AAAA\r\nX-Injected: yes\r\n\r\nPOST /internal/admin HTTP/1.1\r\n";
+        for bad in [
+            &smuggled[..],
+            b"a\nb",
+            b"a\rb",
+            b"a\0b",
+            b"\x1b[2J",
+            b"\x7f",
+            b"trailing\r",
+        ] {
+            let fields = [
+                ("ok", &b"1"[..]),
+                ("pinboard-proxy-secret", bad),
+                ("ok", b"2"),
+            ];
+            let (out, results) = head("/p", &fields);
+            let refused = Err(Unwritable("header value"));
+            assert_eq!(
+                results,
+                [Ok(()), refused.clone(), refused.clone(), refused],
+                "{bad:?}"
+            );
+            // Nothing of the head is left: not the refused field, nor those around it.
+            assert_eq!(&out[..], b"kept");
+        }
+        for name in ["", "a b", "a:b", "a\r\nb", "x\0"] {
+            assert_eq!(
+                head("/p", &[(name, b"v")]).1[0],
+                Err(Unwritable("header name")),
+                "{name:?}"
+            );
+        }
+        let mut out = BytesMut::new();
+        let mut w = HeadWriter::response(&mut out, StatusCode::OK);
+        let refused = w.header_display("x-bad", "a\r\nb");
+        assert_eq!(refused, Err(Unwritable("header value")));
+        assert!(w.finish().is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn refuses_targets_that_are_not_one_token() {
+        for (base, target) in [
+            ("", "/a b"),
+            ("", "/a\r\nHost: x"),
+            ("/b\n", "/a"),
+            ("", "a"),
+            ("", ""),
+            ("", "/\0"),
+        ] {
+            let mut out = BytesMut::new();
+            assert!(
+                HeadWriter::request(&mut out, &Method::GET, base, target).is_err(),
+                "{base:?} {target:?}"
+            );
+            assert!(out.is_empty());
+        }
+    }
+}
