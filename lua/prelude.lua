@@ -1,4 +1,5 @@
--- Prepended to every script at build time (src/store/scripts.rs): helpers the scripts share.
+-- Helpers the scripts share. Each script gets, in front of it, the ones it names (and those
+-- they name: src/store/scripts.rs): a `local function` is a closure Redis makes on every call.
 -- No key name lives here or in any script: every key a script touches arrives in KEYS, named
 -- by src/store/keys.rs, so that Redis Cluster can refuse a script whose keys a slot migration
 -- has split (ASK, then TRYAGAIN) instead of running it against half of them.

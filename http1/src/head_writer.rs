@@ -14,7 +14,7 @@ use std::fmt::Display;
 use std::io::Write;
 
 use bytes::{BufMut, BytesMut};
-use http::{Method, StatusCode};
+use http::{HeaderName, Method, StatusCode};
 
 use crate::response::encode_status_line;
 
@@ -78,12 +78,25 @@ impl<'a> HeadWriter<'a> {
 
     /// Writes `name: value`.
     pub fn header(&mut self, name: &str, value: &[u8]) -> Result<(), Unwritable> {
+        if !is_token(name.as_bytes()) {
+            return self.refuse(Unwritable("header name"));
+        }
         self.checked(name, |dst| dst.put_slice(value))
+    }
+
+    /// Writes `name: value` for a name the `http` crate made: a token by construction
+    /// (`HeaderName` checks every byte), so only the value is checked. What a forward copies
+    /// from a client's head or a worker's answer comes this way.
+    pub fn field(&mut self, name: &HeaderName, value: &[u8]) -> Result<(), Unwritable> {
+        self.checked(name.as_str(), |dst| dst.put_slice(value))
     }
 
     /// Writes `name: value` with `value` formatted in place (a number, an address): nothing
     /// allocated, and the formatted bytes are held to the same rule.
     pub fn header_display(&mut self, name: &str, value: impl Display) -> Result<(), Unwritable> {
+        if !is_token(name.as_bytes()) {
+            return self.refuse(Unwritable("header name"));
+        }
         self.checked(name, |dst| {
             let _ = write!(dst.writer(), "{value}");
         })
@@ -100,43 +113,92 @@ impl<'a> HeadWriter<'a> {
         }
     }
 
+    /// Writes `name` (already checked) and the value `value` writes, checking the value.
+    #[inline]
     fn checked(&mut self, name: &str, value: impl FnOnce(&mut BytesMut)) -> Result<(), Unwritable> {
         if let Some(refused) = &self.refused {
             return Err(refused.clone());
         }
-        let refused = if name.is_empty() || !name.bytes().all(is_tchar) {
-            Some(Unwritable("header name"))
-        } else {
-            self.dst.put_slice(name.as_bytes());
-            self.dst.put_slice(b": ");
-            let value_at = self.dst.len();
-            value(self.dst);
-            self.dst[value_at..]
-                .iter()
-                .any(|&b| is_control(b))
-                .then_some(Unwritable("header value"))
-        };
-        match refused {
-            None => {
-                self.dst.put_slice(b"\r\n");
-                Ok(())
-            }
-            Some(refused) => {
-                self.dst.truncate(self.start);
-                self.refused = Some(refused.clone());
-                Err(refused)
-            }
+        self.dst.put_slice(name.as_bytes());
+        self.dst.put_slice(b": ");
+        let value_at = self.dst.len();
+        value(self.dst);
+        if holds_control(&self.dst[value_at..]) {
+            return self.refuse(Unwritable("header value"));
         }
+        self.dst.put_slice(b"\r\n");
+        Ok(())
+    }
+
+    /// Takes the head back out of the buffer; this and every later field is refused.
+    fn refuse(&mut self, refused: Unwritable) -> Result<(), Unwritable> {
+        self.dst.truncate(self.start);
+        let first = self.refused.get_or_insert(refused);
+        Err(first.clone())
     }
 }
 
-/// RFC 9110 §5.6.2's `tchar`: what a method or a field name is made of.
+/// RFC 9110 §5.6.2's `tchar`, by byte: what a method or a field name is made of. A table, as
+/// every field of every forward and relayed answer is checked (a byte search of the
+/// punctuation per byte was the costliest part of a forward's head).
+const TCHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
 fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[b as usize]
+}
+
+/// A non-empty run of `tchar`.
+fn is_token(name: &[u8]) -> bool {
+    !name.is_empty() && name.iter().fold(true, |all, &b| all & is_tchar(b))
 }
 
 /// RFC 9110 §5.5: a field value holds visible bytes, spaces and HTABs; any other control byte
-/// (CR, LF and NUL among them) is refused.
+/// (CR, LF and NUL among them) is refused. Eight bytes at a time: a word with no byte below
+/// 0x20 and no DEL (nearly every word of nearly every value) is clean without a look at its
+/// bytes; only a word that may hold one (an HTAB, say) is read byte by byte.
+fn holds_control(value: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let (words, rest) = value.as_chunks::<8>();
+    for word in words {
+        let w = u64::from_le_bytes(*word);
+        // Some byte is below 0x20, or some byte is 0x7f (a zero byte of w ^ 0x7f7f…).
+        let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        let del = w ^ (ONES * 0x7f);
+        let del = del.wrapping_sub(ONES) & !del & HIGH;
+        if below_space | del != 0 && word.iter().any(|&b| is_control(b)) {
+            return true;
+        }
+    }
+    rest.iter().any(|&b| is_control(b))
+}
+
 fn is_control(b: u8) -> bool {
     (b < 0x20 && b != b'\t') || b == 0x7f
 }

@@ -102,7 +102,7 @@ fn copy_end_to_end(
         {
             continue;
         }
-        head.header(name.as_str(), value.as_bytes())?;
+        head.field(name, value.as_bytes())?;
     }
     Ok(())
 }

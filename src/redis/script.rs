@@ -6,18 +6,18 @@ pub struct Script {
     /// Its position in the store's list of scripts: what a per-script series is kept under.
     pub index: usize,
     pub name: &'static str,
-    pub source: &'static str,
+    pub source: String,
     /// Lowercase hex SHA1 of `source`, the name EVALSHA knows the script by.
     sha: String,
 }
 
 impl Script {
-    pub fn new(index: usize, name: &'static str, source: &'static str) -> Script {
+    pub fn new(index: usize, name: &'static str, source: String) -> Script {
         Script {
             index,
             name,
+            sha: sha1_smol::Sha1::from(&source).digest().to_string(),
             source,
-            sha: sha1_smol::Sha1::from(source).digest().to_string(),
         }
     }
 
@@ -33,7 +33,7 @@ mod tests {
     #[test]
     fn sha_is_hex_sha1_of_source() {
         assert_eq!(
-            Script::new(0, "t", "return 1").sha(),
+            Script::new(0, "t", "return 1".into()).sha(),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
     }

@@ -59,21 +59,76 @@ const fn str_eq(a: &str, b: &str) -> bool {
     true
 }
 
-/// `script!("name")` embeds `lua/prelude.lua` followed by `lua/name.lua`.
+const PRELUDE: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua"));
+
+/// `script!("name")` embeds `lua/name.lua` behind the helpers of `lua/prelude.lua` it uses.
 macro_rules! script {
     ($name:literal) => {
         LazyLock::new(|| {
             const INDEX: usize = index_of($name);
-            Script::new(
-                INDEX,
-                $name,
-                concat!(
-                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/prelude.lua")),
-                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua")),
-                ),
-            )
+            let body = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $name, ".lua"));
+            Script::new(INDEX, $name, with_prelude(body))
         })
     };
+}
+
+/// `body` behind the prelude's helpers it names (and those they name), in the prelude's
+/// order. Only those: every `local function` of a script is a closure Redis makes on each of
+/// its calls, whether the call reaches it or not, and a steady resolve has no use for the
+/// registry's prune or the epoch arithmetic.
+fn with_prelude(body: &str) -> String {
+    let helpers = helpers(PRELUDE);
+    let mut used = vec![false; helpers.len()];
+    let mut texts = vec![body];
+    while let Some(text) = texts.pop() {
+        for (i, (name, helper)) in helpers.iter().enumerate() {
+            if !used[i] && names(text, name) {
+                used[i] = true;
+                texts.push(helper);
+            }
+        }
+    }
+    let mut source =
+        String::from("-- Prepended: the helpers of lua/prelude.lua this script uses.\n");
+    for ((_, helper), used) in helpers.iter().zip(used) {
+        if used {
+            source.push_str(helper);
+        }
+    }
+    source.push_str(body);
+    source
+}
+
+/// The prelude's helpers as (name, text): each `local function NAME(` through its closing
+/// `end` at the start of a line, with the comment lines just before it.
+fn helpers(prelude: &str) -> Vec<(&str, &str)> {
+    let mut found = Vec::new();
+    let mut start = None;
+    let mut name = "";
+    let mut at = 0;
+    for line in prelude.split_inclusive('\n') {
+        let trimmed = line.trim_end();
+        if start.is_none() && trimmed.starts_with("--") {
+            start = Some(at);
+        } else if let Some(rest) = trimmed.strip_prefix("local function ") {
+            start.get_or_insert(at);
+            name = rest.split('(').next().unwrap_or_default();
+        } else if trimmed == "end" && !name.is_empty() {
+            found.push((name, &prelude[start.take().unwrap_or(at)..at + line.len()]));
+            name = "";
+        } else if trimmed.is_empty() && name.is_empty() {
+            start = None;
+        }
+        at += line.len();
+    }
+    found
+}
+
+/// Whether `text` names `name` as a whole identifier.
+fn names(text: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(name)
+        .any(|(i, _)| !text[..i].ends_with(ident) && !text[i + name.len()..].starts_with(ident))
 }
 
 /// Readiness probe for `GET /readyz`: proves the scripting path works; returns the server clock
@@ -150,11 +205,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_script_starts_with_the_prelude() {
+    fn every_script_gets_the_helpers_it_names_and_no_other() {
+        let names: Vec<&str> = helpers(PRELUDE).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(
+            names,
+            [
+                "now_ms",
+                "epoch_digits",
+                "epoch_cmp",
+                "epoch_next",
+                "epoch_max",
+                "owner_of",
+                "prune_registry"
+            ]
+        );
+        let defines = |script: &Script, helper: &str| {
+            script.source.contains(&format!("local function {helper}("))
+        };
         for script in ALL {
             assert!(script.source.starts_with("-- Prepended"), "{}", script.name);
-            assert!(script.source.contains("local function now_ms()"));
+            // Whatever the script (or a helper it got) names, it got.
+            for helper in &names {
+                if super::names(&script.source, helper) {
+                    assert!(defines(script, helper), "{} lacks {helper}", script.name);
+                }
+            }
         }
+        // A steady resolve makes no closure it has no use for; the register gets what it asks
+        // for, and what that asks for in turn.
+        assert!(!defines(&RESOLVE, "prune_registry"));
+        assert!(defines(&RESOLVE, "owner_of") && defines(&RESOLVE, "epoch_max"));
+        assert!(defines(&REGISTER, "prune_registry") && defines(&REGISTER, "epoch_digits"));
+        assert!(!defines(&READY, "owner_of") && !defines(&READY, "epoch_cmp"));
+        assert!(super::names("a(epoch_cmp(x))", "epoch_cmp"));
+        assert!(!super::names("my_epoch_cmp(x)", "epoch_cmp"));
     }
 
     /// The layout lives in `src/store/keys.rs`: no script spells a key (no `pinboard:`, no
