@@ -153,7 +153,7 @@ fn write_head(
 ) -> Result<(), Unwritable> {
     let mut head = HeadWriter::request(out, method, &target.base, path)?;
     head.header("host", target.authority().as_bytes())?;
-    head.header_display("content-length", body_len)?;
+    head.field_display(&http::header::CONTENT_LENGTH, body_len)?;
     head.header("connection", b"close")?;
     for (name, value) in headers {
         head.header(name, value.as_bytes())?;

@@ -93,11 +93,12 @@ impl<'a> HeadWriter<'a> {
 
     /// Writes `name: value` with `value` formatted in place (a number, an address): nothing
     /// allocated, and the formatted bytes are held to the same rule.
-    pub fn header_display(&mut self, name: &str, value: impl Display) -> Result<(), Unwritable> {
-        if !is_token(name.as_bytes()) {
-            return self.refuse(Unwritable("header name"));
-        }
-        self.checked(name, |dst| {
+    pub fn field_display(
+        &mut self,
+        name: &HeaderName,
+        value: impl Display,
+    ) -> Result<(), Unwritable> {
+        self.checked(name.as_str(), |dst| {
             let _ = write!(dst.writer(), "{value}");
         })
     }
@@ -235,7 +236,7 @@ mod tests {
         );
         let mut out = BytesMut::new();
         let mut w = HeadWriter::response(&mut out, StatusCode::OK);
-        w.header_display("content-length", 42).unwrap();
+        w.field_display(&http::header::CONTENT_LENGTH, 42).unwrap();
         w.finish().unwrap();
         assert_eq!(&out[..], b"HTTP/1.1 200 OK\r\ncontent-length: 42\r\n\r\n");
     }
@@ -277,7 +278,7 @@ mod tests {
         }
         let mut out = BytesMut::new();
         let mut w = HeadWriter::response(&mut out, StatusCode::OK);
-        let refused = w.header_display("x-bad", "a\r\nb");
+        let refused = w.field_display(&HeaderName::from_static("x-bad"), "a\r\nb");
         assert_eq!(refused, Err(Unwritable("header value")));
         assert!(w.finish().is_err());
         assert!(out.is_empty());

@@ -16,8 +16,13 @@ use std::net::IpAddr;
 use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 
+use pinboard_protocol::header::{ATTESTATION, EPOCH};
+
 use crate::correlation::{Correlation, REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::http::{Framing, HeadWriter, Unwritable};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// How a message body is delimited on the wire we write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +47,8 @@ impl From<Framing> for BodyFraming {
 impl BodyFraming {
     fn encode(self, head: &mut HeadWriter<'_>) -> Result<(), Unwritable> {
         match self {
-            BodyFraming::Length(n) => head.header_display("content-length", n),
-            BodyFraming::Chunked => head.header("transfer-encoding", b"chunked"),
+            BodyFraming::Length(n) => head.field_display(&header::CONTENT_LENGTH, n),
+            BodyFraming::Chunked => head.field(&header::TRANSFER_ENCODING, b"chunked"),
             BodyFraming::None | BodyFraming::Close => Ok(()),
         }
     }
@@ -148,14 +153,14 @@ pub fn request_head(
         },
         &mut head,
     )?;
-    head.header_display("x-forwarded-for", forwarded.peer)?;
+    head.field_display(&X_FORWARDED_FOR, forwarded.peer)?;
     head.header(REQUEST_ID, correlation.request_id().as_bytes())?;
     head.header(TRACEPARENT, correlation.traceparent().as_bytes())?;
-    head.header("pinboard-epoch", forwarded.epoch.as_bytes())?;
-    head.header("pinboard-attestation", forwarded.attestation)?;
+    head.field(&EPOCH, forwarded.epoch.as_bytes())?;
+    head.field(&ATTESTATION, forwarded.attestation)?;
     if let Some(protocols) = forwarded.upgrade {
-        head.header("connection", b"upgrade")?;
-        head.header("upgrade", protocols)?;
+        head.field(&header::CONNECTION, b"upgrade")?;
+        head.field(&header::UPGRADE, protocols)?;
     }
     framing.encode(&mut head)?;
     head.finish()
@@ -177,13 +182,13 @@ pub fn response_head(
     head.header(REQUEST_ID, request_id.as_bytes())?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(upgrade) = headers.get(header::UPGRADE) {
-            head.header("connection", b"upgrade")?;
-            head.header("upgrade", upgrade.as_bytes())?;
+            head.field(&header::CONNECTION, b"upgrade")?;
+            head.field(&header::UPGRADE, upgrade.as_bytes())?;
         }
     } else if let Some(value) = connection.value() {
-        head.header("connection", value.as_bytes())?;
+        head.field(&header::CONNECTION, value.as_bytes())?;
     }
-    head.header("x-accel-buffering", b"no")?;
+    head.field(&X_ACCEL_BUFFERING, b"no")?;
     framing.encode(&mut head)?;
     head.finish()
 }
@@ -351,7 +356,6 @@ mod tests {
     /// protocol's.
     #[test]
     fn added_names_are_the_protocols() {
-        use pinboard_protocol::header::{ATTESTATION, EPOCH};
         let correlation = Correlation::of(&HeaderMap::new(), || 1);
         let forwarded = Forwarded {
             peer: "127.0.0.9".parse().unwrap(),
