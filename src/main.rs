@@ -128,6 +128,10 @@ fn main() -> ExitCode {
                 Ok(shared) => shared,
                 Err(message) => return config_error(&message),
             };
+            let listeners = match pinboard::runtime::bind_listeners(&shared.config) {
+                Ok(listeners) => listeners,
+                Err(message) => return config_error(&message),
+            };
             let metrics = match pinboard::runtime::bind_metrics(&shared.config) {
                 Ok(metrics) => metrics,
                 Err(message) => return config_error(&message),
@@ -135,7 +139,7 @@ fn main() -> ExitCode {
             if let Err(message) = check_redis_login(&shared) {
                 return config_error(&message);
             }
-            match pinboard::runtime::serve(Arc::new(shared), metrics) {
+            match pinboard::runtime::serve(Arc::new(shared), listeners, metrics) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pinboard: {e}");

@@ -483,29 +483,32 @@ fn the_nodes_own_answers_carry_date() {
     assert!(refused.header("date").is_some());
 }
 
-/// A port that is taken is the host's problem, said as such, not an internal error.
+/// A port that is taken stops startup like a bad setting (exit 2, one line naming `listen`),
+/// not as an internal error.
 #[test]
 fn a_bind_failure_says_what_it_is() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
-        .arg("serve")
-        .env("PINBOARD_PASSPORT__HS256_SECRET", support::node::SECRET)
-        .env("PINBOARD_LISTEN", &addr)
-        .env("PINBOARD_REDIS_URL", "redis://127.0.0.1:1")
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    // SO_REUSEPORT lets a second socket share a port only with the same owner's listeners:
-    // a plain listener holding it makes the bind fail.
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    let last = stderr.trim_end().lines().last().unwrap();
+    let (code, stderr) =
+        support::node::serve_until_exit("redis://127.0.0.1:1", &[("PINBOARD_LISTEN", &addr)]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     assert!(
-        last.starts_with(&format!("pinboard: host: cannot listen on {addr}: ")),
-        "{last}"
+        stderr.starts_with(&format!(
+            "config error: listen: {addr} is already served by another process"
+        )),
+        "{stderr}"
     );
-    assert!(!stderr.contains("Internal"), "{stderr}");
+    // TEST-NET-1 (RFC 5737): never an address of this host.
+    let (code, stderr) = support::node::serve_until_exit(
+        "redis://127.0.0.1:1",
+        &[("PINBOARD_LISTEN", "192.0.2.1:8080")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("config error: listen: cannot listen on 192.0.2.1:8080: "),
+        "{stderr}"
+    );
 }
 
 fn pinboard(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -669,4 +672,29 @@ fn logs_are_quiet_plain_and_optionally_json() {
         text.contains("\"message\":\"pinboard listening\""),
         "{text}"
     );
+}
+
+/// Issue 24: `SO_REUSEPORT` let a second node bind a live node's listen address, and the kernel
+/// split the connections between two configurations (with two Redis, two owners of one
+/// instance). The second exits 2 with one line naming `listen`; the first serves on, and a
+/// node started once it is gone binds the address again.
+#[test]
+fn a_second_node_on_a_live_listen_address_exits_2() {
+    let redis = RedisServer::start();
+    let first = Node::start(&redis.url(), &[]);
+    let addr = first.addr.to_string();
+    let (code, stderr) =
+        support::node::serve_until_exit(&redis.url(), &[("PINBOARD_LISTEN", &addr)]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "config error: listen: {addr} is already served by another process"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(get(first.addr, "/healthz", None).status, 200);
+    drop(first);
+    let again = Node::start(&redis.url(), &[("PINBOARD_LISTEN", &addr)]);
+    assert_eq!(get(again.addr, "/healthz", None).status, 200);
 }

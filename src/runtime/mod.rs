@@ -32,11 +32,15 @@ use reload::Reloads;
 /// this; requests never do.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// Runs the node until SIGTERM or SIGINT, then stops gracefully. `metrics`: the metrics
-/// listener's socket ([`bind_metrics`]), served by the first core.
-pub fn serve(shared: Arc<Shared>, mut metrics: Option<std::net::TcpListener>) -> Result<(), Error> {
-    let threads = shared.config.cores();
-    let listeners = bind(shared.config.listen, threads)?;
+/// Runs the node until SIGTERM or SIGINT, then stops gracefully, on `listeners`
+/// ([`bind_listeners`], one per core). `metrics`: the metrics listener's socket
+/// ([`bind_metrics`]), served by the first core.
+pub fn serve(
+    shared: Arc<Shared>,
+    listeners: Vec<std::net::TcpListener>,
+    mut metrics: Option<std::net::TcpListener>,
+) -> Result<(), Error> {
+    let threads = listeners.len();
     let addr = listeners[0]
         .local_addr()
         .map_err(|e| Error::because(Origin::Internal, "reading the bound address", e))?;
@@ -68,26 +72,57 @@ pub fn serve(shared: Arc<Shared>, mut metrics: Option<std::net::TcpListener>) ->
 }
 
 /// One listening socket per core, all in one `SO_REUSEPORT` group so the kernel spreads
-/// connections across cores. Bound here, before any core starts, so a bad address fails
-/// startup at once, and so port 0 resolves to one port shared by every core.
-fn bind(addr: SocketAddr, threads: usize) -> Result<Vec<std::net::TcpListener>, Error> {
+/// connections across cores. Bound before any core starts, so a bad address fails startup at
+/// once, and so port 0 resolves to one port shared by every core. The error is the one line
+/// that stops startup (exit 2), naming the key.
+///
+/// A live node already listening on the address refuses this one: `SO_REUSEPORT` would let
+/// both bind and the kernel would hand each half the connections, two nodes with two
+/// configurations (or two Redis) placing one instance twice. So the address is first bound
+/// alone, without `SO_REUSEPORT`, which fails while any socket listens there; then released
+/// and bound by the group (a node started in that instant is not seen).
+pub fn bind_listeners(
+    config: &crate::config::Config,
+) -> Result<Vec<std::net::TcpListener>, String> {
     use socket2::{Domain, Socket, Type};
-    let mut addr = addr;
-    (0..threads)
-        .map(|_| {
-            let bind_err = |e| Error::because(Origin::Host, format!("cannot listen on {addr}"), e);
-            let socket =
-                Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(bind_err)?;
-            socket.set_reuse_address(true).map_err(bind_err)?;
-            socket.set_reuse_port(true).map_err(bind_err)?;
-            socket.set_nonblocking(true).map_err(bind_err)?;
-            socket.bind(&addr.into()).map_err(bind_err)?;
-            socket.listen(4096).map_err(bind_err)?;
-            let listener: std::net::TcpListener = socket.into();
-            addr = listener.local_addr().map_err(bind_err)?;
-            Ok(listener)
-        })
-        .collect()
+    let mut addr = config.listen;
+    let refused = |addr: SocketAddr, e: std::io::Error| {
+        format!("config error: listen: cannot listen on {addr}: {e}")
+    };
+    let domain = Domain::for_address(addr);
+    let socket = |reuse_port: bool| -> std::io::Result<Socket> {
+        let socket = Socket::new(domain, Type::STREAM, None)?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(reuse_port)?;
+        socket.set_nonblocking(true)?;
+        Ok(socket)
+    };
+    if addr.port() != 0 {
+        let alone = socket(false).map_err(|e| refused(addr, e))?;
+        alone.bind(&addr.into()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "config error: listen: {addr} is already served by another process \
+                     (a second node there would share its connections)"
+                )
+            } else {
+                refused(addr, e)
+            }
+        })?;
+    }
+    let mut listeners = Vec::new();
+    for _ in 0..config.cores() {
+        let listener: std::net::TcpListener = socket(true)
+            .and_then(|s| {
+                s.bind(&addr.into())?;
+                s.listen(4096)?;
+                Ok(s.into())
+            })
+            .map_err(|e| refused(addr, e))?;
+        addr = listener.local_addr().map_err(|e| refused(addr, e))?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
 }
 
 /// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
