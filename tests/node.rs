@@ -483,14 +483,10 @@ fn the_nodes_own_answers_carry_date() {
     assert!(refused.header("date").is_some());
 }
 
-/// A port that is taken stops startup like a bad setting (exit 2, one line naming `listen`),
-/// not as an internal error.
-#[test]
-fn a_bind_failure_says_what_it_is() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
-    let (code, stderr) =
-        support::node::serve_until_exit("redis://127.0.0.1:1", &[("PINBOARD_LISTEN", &addr)]);
+/// A node started on `addr`, which another process listens on: exit 2, one line naming
+/// `listen`.
+fn refused_as_served(addr: &str, redis_url: &str) {
+    let (code, stderr) = support::node::serve_until_exit(redis_url, &[("PINBOARD_LISTEN", addr)]);
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     assert!(
@@ -499,6 +495,15 @@ fn a_bind_failure_says_what_it_is() {
         )),
         "{stderr}"
     );
+}
+
+/// A port that is taken stops startup like a bad setting (exit 2, one line naming `listen`),
+/// not as an internal error.
+#[test]
+fn a_bind_failure_says_what_it_is() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    refused_as_served(&addr, "redis://127.0.0.1:1");
     // TEST-NET-1 (RFC 5737): never an address of this host.
     let (code, stderr) = support::node::serve_until_exit(
         "redis://127.0.0.1:1",
@@ -683,16 +688,7 @@ fn a_second_node_on_a_live_listen_address_exits_2() {
     let redis = RedisServer::start();
     let first = Node::start(&redis.url(), &[]);
     let addr = first.addr.to_string();
-    let (code, stderr) =
-        support::node::serve_until_exit(&redis.url(), &[("PINBOARD_LISTEN", &addr)]);
-    assert_eq!(code, Some(2), "{stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.starts_with(&format!(
-            "config error: listen: {addr} is already served by another process"
-        )),
-        "{stderr}"
-    );
+    refused_as_served(&addr, &redis.url());
     assert_eq!(get(first.addr, "/healthz", None).status, 200);
     drop(first);
     let again = Node::start(&redis.url(), &[("PINBOARD_LISTEN", &addr)]);
