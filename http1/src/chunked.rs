@@ -10,6 +10,8 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::head_writer::holds_control;
+
 /// Longest chunk-size line (size, extensions) or trailer section we accept.
 const MAX_LINE: usize = 4096;
 
@@ -116,7 +118,7 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Malformed> {
         (None, Some((b'\r', before))) => before,
         (None, _) => window,
     };
-    if line.iter().any(|&b| is_forbidden(b)) {
+    if holds_control(line) {
         return Err(Malformed);
     }
     match end {
@@ -128,11 +130,6 @@ fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, Malformed> {
         None if buf.len() >= MAX_LINE => Err(Malformed),
         None => Ok(None),
     }
-}
-
-/// RFC 9110 §5.5: a control byte (HTAB aside) has no place in a field or extension.
-fn is_forbidden(b: u8) -> bool {
-    (b < 0x20 && b != b'\t') || b == 0x7f
 }
 
 fn parse_size(line: &[u8]) -> Result<u64, Malformed> {

@@ -174,8 +174,8 @@ fn is_tchar(b: u8) -> bool {
     TCHAR[b as usize]
 }
 
-/// A non-empty run of `tchar`.
-fn is_token(name: &[u8]) -> bool {
+/// A non-empty run of `tchar`: a method, a field name, an `Upgrade` protocol's name or version.
+pub fn is_token(name: &[u8]) -> bool {
     !name.is_empty() && name.iter().fold(true, |all, &b| all & is_tchar(b))
 }
 
@@ -183,7 +183,7 @@ fn is_token(name: &[u8]) -> bool {
 /// (CR, LF and NUL among them) is refused. Eight bytes at a time: a word with no byte below
 /// 0x20 and no DEL (nearly every word of nearly every value) is clean without a look at its
 /// bytes; only a word that may hold one (an HTAB, say) is read byte by byte.
-fn holds_control(value: &[u8]) -> bool {
+pub(crate) fn holds_control(value: &[u8]) -> bool {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let (words, rest) = value.as_chunks::<8>();

@@ -27,7 +27,7 @@ pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use driver::DriverKind;
 pub use head::{Framing, HeadDecoder, HeadError};
-pub use head_writer::{HeadWriter, Unwritable};
+pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;
 pub use path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};

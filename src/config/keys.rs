@@ -276,12 +276,7 @@ fn node_id(s: &str) -> Result<String, String> {
 /// An `Upgrade` protocol name (RFC 9110 §7.8: a token, a `/version` allowed), lowercased:
 /// protocols are matched without regard to case.
 fn upgrade_protocol(s: &str) -> Result<String, String> {
-    let token = |part: &str| {
-        !part.is_empty()
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-    };
+    let token = |part: &str| crate::http::is_token(part.as_bytes());
     let valid = match s.split_once('/') {
         Some((name, version)) => token(name) && token(version),
         None => token(s),
