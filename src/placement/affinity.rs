@@ -21,10 +21,11 @@ fn address(ip: IpAddr) -> Key {
     key
 }
 
-pub fn key(affinity: &Affinity, trusted: &[IpNet], req: &Request<'_>) -> Option<Key> {
+/// `client`: the request's client address ([`client_ip`]), which `affinity = "ip"` keys on.
+pub fn key(affinity: &Affinity, client: IpAddr, req: &Request<'_>) -> Option<Key> {
     match affinity {
         Affinity::None => None,
-        Affinity::Ip => Some(address(client_ip(req.peer.ip(), trusted, req))),
+        Affinity::Ip => Some(address(client)),
         Affinity::Header(name) => req
             .head
             .headers

@@ -119,12 +119,12 @@ pub async fn handle(
         .caller_session
         .as_ref()
         .map(|s| s.session_id.as_str());
-    let affinity = placement::affinity_key(&config.affinity, &config.trusted_proxies, req);
-    // Whom a new placement counts against (`limits.new_placements_per_ip_per_s`).
-    let rate = core.placement_rate.as_ref().map(|rate| {
-        let address = placement::client_ip(req.peer.ip(), &config.trusted_proxies, req);
-        (rate, rate.client(address, admitted.account.as_deref()))
-    });
+    // The client as `trusted_proxies` says: what `affinity = "ip"` keys on, and whom a new
+    // placement counts against (`limits.new_placements_per_ip_per_s`).
+    let client = placement::client_ip(req.peer.ip(), &config.trusted_proxies, req);
+    let affinity = placement::affinity_key(&config.affinity, client, req);
+    let rate = (core.placement_rate.as_ref())
+        .map(|rate| (rate, rate.client(client, admitted.account.as_deref())));
 
     // Once, once more after an in-band refusal (excluding the refusing worker), and up to
     // twice more when a resolution went stale before its forward was sent.
