@@ -50,9 +50,14 @@ enum Command {
 
 #[derive(clap::Args)]
 struct TokenArgs {
-    /// The HS256 secret the node is configured with (passport.hs256_secret).
+    /// The HS256 secret the node is configured with (passport.hs256_secret). On the command
+    /// line every user sees it in `ps` and the shell keeps it in its history: prefer
+    /// --secret-file or the PINBOARD_TOKEN_SECRET environment variable (exactly one of the three).
     #[arg(long)]
-    secret: String,
+    secret: Option<String>,
+    /// A file holding the HS256 secret: its contents, a trailing newline trimmed.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// The account (`sub`).
     #[arg(long)]
     sub: String,
@@ -88,7 +93,55 @@ struct TokenArgs {
 /// The scopes the registry knows; any other `pinboard:*` scope is a typo.
 const PINBOARD_SCOPES: [&str; 2] = ["pinboard:worker", "pinboard:operator"];
 
+/// `pinboard token`'s secret from the environment: out of `ps` and shell history. Empty is
+/// unset, as for the node's settings.
+const TOKEN_SECRET_ENV: &str = "PINBOARD_TOKEN_SECRET";
+
 impl TokenArgs {
+    /// The HS256 secret from the one place it was given: --secret, --secret-file or
+    /// PINBOARD_TOKEN_SECRET. Two places are refused rather than one silently winning.
+    fn secret(&self) -> Result<String, String> {
+        let from_env = std::env::var_os(TOKEN_SECRET_ENV).filter(|v| !v.is_empty());
+        let given: Vec<&str> = [
+            (self.secret.is_some(), "--secret"),
+            (self.secret_file.is_some(), "--secret-file"),
+            (from_env.is_some(), TOKEN_SECRET_ENV),
+        ]
+        .into_iter()
+        .filter_map(|(given, source)| given.then_some(source))
+        .collect();
+        if given.len() > 1 {
+            return Err(format!(
+                "the secret was given {} ways ({}): give exactly one",
+                given.len(),
+                given.join(", ")
+            ));
+        }
+        if let Some(secret) = &self.secret {
+            return Ok(secret.clone());
+        }
+        if let Some(path) = &self.secret_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--secret-file {}: {e}", path.display()))?;
+            let secret = text.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                return Err(format!(
+                    "--secret-file {}: the file is empty",
+                    path.display()
+                ));
+            }
+            return Ok(secret.to_owned());
+        }
+        match from_env {
+            Some(value) => value
+                .into_string()
+                .map_err(|_| format!("{TOKEN_SECRET_ENV} is not UTF-8")),
+            None => Err(format!(
+                "no secret: give --secret-file FILE, {TOKEN_SECRET_ENV} or --secret"
+            )),
+        }
+    }
+
     /// Refuses what would mint a credential the node can never accept; warns about one that
     /// can do less than it looks like.
     fn check(&self, scopes: &[String]) -> Result<(), String> {
@@ -171,12 +224,14 @@ fn token(args: TokenArgs) -> ExitCode {
         .iter()
         .flat_map(|s| s.split_whitespace().map(str::to_owned))
         .collect();
-    if let Err(e) = args.check(&scopes) {
-        eprintln!("pinboard token: {e}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
+    let secret = match args.check(&scopes).and_then(|()| args.secret()) {
+        Ok(secret) => secret,
+        Err(e) => {
+            eprintln!("pinboard token: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let TokenArgs {
-        secret,
         sub,
         namespaces,
         backend_hosts,

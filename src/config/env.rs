@@ -12,8 +12,9 @@ use super::keys::{self, KEYS, NAMESPACES};
 
 const PREFIX: &str = "PINBOARD_";
 
-/// Read by the CLI itself, not settings: the config file's path and the log filter.
-const NOT_SETTINGS: [&str; 2] = ["PINBOARD_CONFIG", "PINBOARD_LOG"];
+/// Read by the CLI itself, not settings: the config file's path, the log filter and
+/// `pinboard token`'s secret.
+const NOT_SETTINGS: [&str; 3] = ["PINBOARD_CONFIG", "PINBOARD_LOG", "PINBOARD_TOKEN_SECRET"];
 
 /// The variable that sets `key`.
 pub(super) fn var_name(key: &str) -> String {
