@@ -1,10 +1,11 @@
-//! The `pinboard` binary: `serve`, `check-config` and `token`.
+//! The `pinboard` binary: `serve`, `check-config` and `token`, and the shell completions and
+//! man page generated from this command line's definition.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 use pinboard::config::Config;
@@ -46,6 +47,17 @@ enum Command {
     },
     /// Mint an HS256 Passport credential for development.
     Token(Box<TokenArgs>),
+    /// Print the shell completion script for SHELL on stdout.
+    Completions {
+        /// The shell: bash, zsh or fish (elvish and powershell too).
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, or write one page per subcommand into a directory.
+    Man {
+        /// Write pinboard.1 and pinboard-SUBCOMMAND.1 into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -215,6 +227,29 @@ fn main() -> ExitCode {
             Err(message) => config_error(&message),
         },
         Command::Token(args) => token(*args),
+        Command::Completions { shell } => {
+            let mut cli = Cli::command();
+            clap_complete::generate(shell, &mut cli, "pinboard", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => {
+            // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
+            let cli = Cli::command().disable_help_subcommand(true);
+            let written = match dir {
+                Some(dir) => clap_mangen::generate_to(cli, &dir)
+                    .map_err(|e| format!("{}: {e}", dir.display())),
+                None => clap_mangen::Man::new(cli)
+                    .render(&mut std::io::stdout())
+                    .map_err(|e| e.to_string()),
+            };
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pinboard man: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 

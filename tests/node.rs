@@ -624,7 +624,7 @@ fn cli_version_short_config_help_and_token_rules() {
         "{version}"
     );
     // Every flag of every subcommand says what it is for.
-    for sub in ["serve", "check-config", "token"] {
+    for sub in ["serve", "check-config", "token", "completions", "man"] {
         let help = String::from_utf8_lossy(&pinboard(&[sub, "--help"], &[]).stdout).into_owned();
         for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
             let described = line
