@@ -1,5 +1,6 @@
 //! What the packages ship, checked against the real binary and the node's own config loader:
-//! the shell completions and man pages generated from the command line.
+//! the shell completions and man pages generated from the command line, and the .deb's
+//! settings file.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -186,4 +187,150 @@ fn man_pages_render_from_the_command_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("pinboard man: "), "{stderr}");
     assert!(stderr.contains("missing"), "{stderr}");
+}
+
+/// A file of the repository.
+fn repo_file(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+/// The settings' names in `src/config/keys.rs`'s `KEYS` table, read from its source: the table
+/// is private to the crate, and this file is what a new key is added to.
+fn config_keys() -> Vec<String> {
+    let source = repo_file("src/config/keys.rs");
+    let table = source
+        .split_once("pub(super) const KEYS: &[Key] = &[")
+        .and_then(|(_, rest)| rest.split_once("\n];"))
+        .expect("the KEYS table in src/config/keys.rs")
+        .0;
+    let keys: Vec<String> = table
+        .split("key!(")
+        .skip(1)
+        .map(|entry| {
+            let entry = entry.trim_start();
+            let entry = entry.strip_prefix("secret ").unwrap_or(entry);
+            entry.split(':').next().unwrap().trim().to_owned()
+        })
+        .collect();
+    assert!(keys.len() > 40, "{keys:?}");
+    for key in &keys {
+        assert!(
+            key.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.".contains(c)),
+            "not a key name: {key:?}"
+        );
+    }
+    keys
+}
+
+/// `pinboard check-config`'s effective configuration from `file` and `env` alone (nothing of
+/// this process's environment); it must accept them.
+fn check_config_with(file: Option<&Path>, env: &[(String, String)]) -> String {
+    let mut args = vec!["check-config".to_owned()];
+    if let Some(file) = file {
+        args.extend(["--config".to_owned(), file.to_str().unwrap().to_owned()]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
+        .args(&args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "check-config {file:?} {env:?}: {stderr}"
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The same, given an HS256 secret by the environment as the package's `pinboard.env` would.
+fn check_config(file: Option<&Path>) -> String {
+    let secret = "a-packaging-test-secret-of-32-bytes-or-more";
+    check_config_with(
+        file,
+        &[("PINBOARD_PASSPORT__HS256_SECRET".into(), secret.into())],
+    )
+}
+
+/// The dotted names of every value in a TOML document.
+fn dotted_names(table: &toml::Table, prefix: &str, names: &mut Vec<String>) {
+    for (name, value) in table {
+        match value {
+            toml::Value::Table(inner) => dotted_names(inner, &format!("{prefix}{name}."), names),
+            _ => names.push(format!("{prefix}{name}")),
+        }
+    }
+}
+
+/// `/etc/pinboard/pinboard.toml` as the .deb ships it: every key of the node, each commented
+/// out under a line saying what it means, with its default value (an example for a key unset
+/// by default); accepted as shipped, and uncommenting the defaults changes nothing.
+#[test]
+fn the_packaged_config_lists_every_key_with_its_default() {
+    let keys = config_keys();
+    let text = repo_file("packaging/pinboard.toml");
+    let lines: Vec<&str> = text.lines().collect();
+    // `# name = value`, `name` a (dotted) key: a setting line; every other comment is prose.
+    let setting = |line: &str| {
+        let (name, _) = line.strip_prefix("# ")?.split_once(" = ")?;
+        let bare = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.".contains(c);
+        let is_key = name.chars().all(bare) || name.starts_with("namespaces.\"");
+        is_key.then(|| name.to_owned())
+    };
+    let mut settings: Vec<(String, &str)> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = setting(line) else {
+            assert!(
+                line.is_empty() || line.starts_with("# ") || *line == "#",
+                "line {}: only comments ship: {line:?}",
+                i + 1
+            );
+            continue;
+        };
+        let meaning = i.checked_sub(1).map(|j| lines[j]).unwrap_or_default();
+        assert!(
+            meaning.starts_with("# ") && setting(meaning).is_none(),
+            "{name}: no line above it says what it means"
+        );
+        assert!(
+            keys.contains(&name) || name.starts_with("namespaces."),
+            "{name} is no setting of src/config/keys.rs"
+        );
+        settings.push((name, line.strip_prefix("# ").unwrap()));
+    }
+    for key in &keys {
+        let lines = settings.iter().filter(|(name, _)| name == key).count();
+        assert_eq!(
+            lines, 1,
+            "packaging/pinboard.toml has {lines} lines for {key}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let defaults = check_config(None);
+    let shipped = dir.path().join("shipped.toml");
+    std::fs::write(&shipped, &text).unwrap();
+    assert_eq!(check_config(Some(&shipped)), defaults);
+
+    // Every key check-config renders by default, except the two that are not the same on
+    // every machine (node_id: the host's name) or given here (the secret, masked).
+    let mut rendered = Vec::new();
+    dotted_names(&defaults.parse::<toml::Table>().unwrap(), "", &mut rendered);
+    rendered.retain(|name| name != "node_id" && name != "passport.hs256_secret");
+    let uncommented: Vec<&str> = settings
+        .iter()
+        .filter(|(name, _)| rendered.contains(name))
+        .map(|(_, line)| *line)
+        .collect();
+    assert_eq!(uncommented.len(), rendered.len(), "{rendered:?}");
+    let with_defaults = dir.path().join("defaults.toml");
+    std::fs::write(&with_defaults, uncommented.join("\n")).unwrap();
+    assert_eq!(
+        check_config(Some(&with_defaults)),
+        defaults,
+        "a default in packaging/pinboard.toml is not the node's:\n{}",
+        uncommented.join("\n")
+    );
 }
