@@ -227,29 +227,8 @@ fn main() -> ExitCode {
             Err(message) => config_error(&message),
         },
         Command::Token(args) => token(*args),
-        Command::Completions { shell } => {
-            let mut cli = Cli::command();
-            clap_complete::generate(shell, &mut cli, "pinboard", &mut std::io::stdout());
-            ExitCode::SUCCESS
-        }
-        Command::Man { dir } => {
-            // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
-            let cli = Cli::command().disable_help_subcommand(true);
-            let written = match dir {
-                Some(dir) => clap_mangen::generate_to(cli, &dir)
-                    .map_err(|e| format!("{}: {e}", dir.display())),
-                None => clap_mangen::Man::new(cli)
-                    .render(&mut std::io::stdout())
-                    .map_err(|e| e.to_string()),
-            };
-            match written {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("pinboard man: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man(dir.as_deref()),
     }
 }
 
@@ -298,6 +277,37 @@ fn token(args: TokenArgs) -> ExitCode {
         Err(e) => {
             eprintln!("pinboard token: {e}");
             ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "pinboard",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+/// The man page on stdout, or one page per subcommand in `dir`.
+fn man(dir: Option<&Path>) -> ExitCode {
+    // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
+    let cli = Cli::command().disable_help_subcommand(true);
+    let written = match dir {
+        Some(dir) => {
+            clap_mangen::generate_to(cli, dir).map_err(|e| format!("{}: {e}", dir.display()))
+        }
+        None => clap_mangen::Man::new(cli)
+            .render(&mut std::io::stdout())
+            .map_err(|e| e.to_string()),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinboard man: {e}");
+            ExitCode::FAILURE
         }
     }
 }
