@@ -232,6 +232,37 @@ fn main() -> ExitCode {
     }
 }
 
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "pinboard",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+/// The man page on stdout, or one page per subcommand in `dir`.
+fn man(dir: Option<&Path>) -> ExitCode {
+    // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
+    let cli = Cli::command().disable_help_subcommand(true);
+    let written = match dir {
+        Some(dir) => {
+            clap_mangen::generate_to(cli, dir).map_err(|e| format!("{}: {e}", dir.display()))
+        }
+        None => clap_mangen::Man::new(cli)
+            .render(&mut std::io::stdout())
+            .map_err(|e| e.to_string()),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinboard man: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn token(args: TokenArgs) -> ExitCode {
     let scopes: Vec<String> = args
         .scopes
@@ -277,37 +308,6 @@ fn token(args: TokenArgs) -> ExitCode {
         Err(e) => {
             eprintln!("pinboard token: {e}");
             ExitCode::from(EXIT_CONFIG)
-        }
-    }
-}
-
-fn completions(shell: clap_complete::Shell) -> ExitCode {
-    clap_complete::generate(
-        shell,
-        &mut Cli::command(),
-        "pinboard",
-        &mut std::io::stdout(),
-    );
-    ExitCode::SUCCESS
-}
-
-/// The man page on stdout, or one page per subcommand in `dir`.
-fn man(dir: Option<&Path>) -> ExitCode {
-    // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
-    let cli = Cli::command().disable_help_subcommand(true);
-    let written = match dir {
-        Some(dir) => {
-            clap_mangen::generate_to(cli, dir).map_err(|e| format!("{}: {e}", dir.display()))
-        }
-        None => clap_mangen::Man::new(cli)
-            .render(&mut std::io::stdout())
-            .map_err(|e| e.to_string()),
-    };
-    match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pinboard man: {e}");
-            ExitCode::FAILURE
         }
     }
 }
