@@ -304,3 +304,54 @@ fn a_live_setting_is_seen_by_the_next_request_and_a_restart_only_one_is_named_an
         "still on its address"
     );
 }
+
+#[test]
+fn the_access_log_and_the_log_level_follow_a_reload() {
+    let old = format!("hs256_secrets = [{SECRET:?}]");
+    let (dir, path) = config_file(&file_text(&old, ""));
+    // `PINBOARD_LOG` empty: the file's `log_level` decides.
+    let f = Fixture::new(&[
+        ("PINBOARD_CONFIG", &path),
+        ("PINBOARD_PASSPORT__HS256_SECRET", ENV_SECRET),
+        ("PINBOARD_LOG", ""),
+    ]);
+    f.warm();
+    let worker = TestWorker::start("w1");
+    f.registered(&worker, "w1");
+    let reader = signed(SECRET, "reader", &["r"]);
+
+    // The access log turned on: the next requests are lines in the new file.
+    let access = dir.path().join("access.log");
+    let logged = format!("access_log = \"json\"\naccess_log_path = {:?}\n", access);
+    let text = format!("{logged}{}", file_text(&old, ""));
+    reload(&f, &path, &text, "SIGHUP: reloaded the configuration", 1);
+    for n in 0..3 {
+        assert_eq!(
+            get(f.node.addr, &format!("/threads/a{n}/x"), Some(&reader)).status,
+            200
+        );
+    }
+    let lines = || std::fs::read_to_string(&access).unwrap_or_default();
+    assert!(
+        eventually(Duration::from_secs(5), || lines()
+            .matches("/threads/a")
+            .count()
+            == 3),
+        "{}",
+        lines()
+    );
+
+    // log_level = "warn": a reload's INFO line is no longer written (its own included: the
+    // level is applied first), its WARN line is.
+    let quiet = format!("log_level = \"warn\"\n{text}");
+    std::fs::write(&path, &quiet).unwrap();
+    f.node.signal("HUP");
+    let moved = format!("prefix = \"other:\"\n{quiet}");
+    reload(&f, &path, &moved, "change only at a restart", 1);
+    assert_eq!(
+        f.node.log().matches("SIGHUP: reloaded the configuration").count(),
+        1,
+        "{}",
+        f.node.log()
+    );
+}
