@@ -349,7 +349,10 @@ fn the_access_log_and_the_log_level_follow_a_reload() {
     let moved = format!("prefix = \"other:\"\n{quiet}");
     reload(&f, &path, &moved, "change only at a restart", 1);
     assert_eq!(
-        f.node.log().matches("SIGHUP: reloaded the configuration").count(),
+        f.node
+            .log()
+            .matches("SIGHUP: reloaded the configuration")
+            .count(),
         1,
         "{}",
         f.node.log()
