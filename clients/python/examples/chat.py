@@ -1,4 +1,4 @@
-"""A chat-room server on Starlette and pinned: each room `/rooms/{id}` is an instance that
+"""A chat-room server on Starlette and pinboard_worker: each room `/rooms/{id}` is an instance that
 Pinboard places on exactly one worker, which keeps the room's members and last messages in
 memory.
 
@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-import pinned
+import pinboard_worker
 
 HISTORY = 50
 MAX_NAME = 64
@@ -69,11 +69,11 @@ class Room:
 class Chat:
     """The rooms this worker holds, by (namespace, id), and the ASGI app that serves them."""
 
-    def __init__(self, config: pinned.Config) -> None:
+    def __init__(self, config: pinboard_worker.Config) -> None:
         self.rooms: dict[tuple[str, str], Room] = {}
         self.server: uvicorn.Server | None = None
         self.superseded = False
-        self.worker = pinned.Worker(config, on_event=self.on_event)
+        self.worker = pinboard_worker.Worker(config, on_event=self.on_event)
         routes = [
             Route("/{id}/messages", self.read, methods=["GET"]),
             Route("/{id}/messages", self.post, methods=["POST"]),
@@ -84,7 +84,7 @@ class Chat:
             Starlette(routes=[Mount(ns, routes=routes) for ns in config.namespaces])
         )
 
-    async def room(self, inst: pinned.Instance) -> Room:
+    async def room(self, inst: pinboard_worker.Instance) -> Room:
         """The room a request is for. Placed here anew (`activated`), it starts empty: what
         memory holds of it is from an earlier placement, and may be behind. The epoch check
         also covers a placement whose first request got here only through another route (a
@@ -111,7 +111,7 @@ class Chat:
     # --- the routes, each under every namespace -----------------------------------------------
 
     async def read(self, request: Request) -> JSONResponse:
-        inst = pinned.instance(request)
+        inst = pinboard_worker.instance(request)
         room = await self.room(inst)
         return JSONResponse(
             {
@@ -124,7 +124,7 @@ class Chat:
         )
 
     async def post(self, request: Request) -> JSONResponse:
-        room = await self.room(pinned.instance(request))
+        room = await self.room(pinboard_worker.instance(request))
         try:
             body = await request.json()
         except ValueError:
@@ -138,16 +138,16 @@ class Chat:
         return JSONResponse(await self.say(room, name, text))
 
     async def leave(self, request: Request) -> JSONResponse:
-        inst = pinned.instance(request)
+        inst = pinboard_worker.instance(request)
         await self.drop(inst.ns, inst.id, "the room was closed")
         try:
             released = await self.worker.release(inst.ns, inst.id)
-        except pinned.CallError as why:
+        except pinboard_worker.CallError as why:
             return JSONResponse({"detail": str(why)}, 502)
         return JSONResponse({"released": released})
 
     async def join(self, ws: WebSocket) -> None:
-        inst = pinned.instance(ws)
+        inst = pinboard_worker.instance(ws)
         room = await self.room(inst)
         name = ws.query_params.get("name", "")
         if not valid(name, MAX_NAME):
@@ -174,24 +174,24 @@ class Chat:
 
     # --- the worker's events ----------------------------------------------------------------
 
-    async def on_event(self, worker: pinned.Worker, event: pinned.Event) -> None:
+    async def on_event(self, worker: pinboard_worker.Worker, event: pinboard_worker.Event) -> None:
         match event:
-            case pinned.Registered(session_id):
+            case pinboard_worker.Registered(session_id):
                 print(f"registered session={session_id}", flush=True)
-            case pinned.WindDown(message) if message.deadline is not None:
+            case pinboard_worker.WindDown(message) if message.deadline is not None:
                 # A room has nothing to hand over: give it up now rather than at the deadline.
                 await self.drop(message.ns, message.id, "the room is moving")
                 try:
                     await worker.release(message.ns, message.id)
-                except pinned.CallError as why:
+                except pinboard_worker.CallError as why:
                     log.warning("releasing %s/%s: %s", message.ns, message.id, why)
-            case pinned.WindDown(message):
+            case pinboard_worker.WindDown(message):
                 log.info("wind-down of %s/%s revoked", message.ns, message.id)
-            case pinned.Evicted(ns, id):
+            case pinboard_worker.Evicted(ns, id):
                 await self.drop(ns, id, "the room moved")
-            case pinned.Drain(draining, deadline):
+            case pinboard_worker.Drain(draining, deadline):
                 log.info("draining=%s deadline=%s", draining, deadline)
-            case pinned.Superseded(error):
+            case pinboard_worker.Superseded(error):
                 log.warning("superseded (%s): shutting down", error)
                 self.superseded = True
                 if self.server is not None:
@@ -235,7 +235,7 @@ FLAGS = [
 
 def parse_args() -> argparse.Namespace:
     """The flags, each defaulting to its environment variable `PINNED_*`, then to `FLAGS`."""
-    parser = Parser(description="A chat-room instance server on the pinned worker library.")
+    parser = Parser(description="A chat-room instance server on the pinboard_worker library.")
     for flag, default, about in FLAGS:
         var = "PINNED_" + flag.upper().replace("-", "_")
         parser.add_argument(
@@ -273,7 +273,7 @@ def main() -> int:
     try:
         sock, addr = bind(args.listen)
         chat = Chat(
-            pinned.Config(
+            pinboard_worker.Config(
                 registry=args.registry,
                 token=args.token,
                 client_id=args.client_id,
@@ -281,7 +281,7 @@ def main() -> int:
                 advertise_url=args.advertise_url or f"http://{addr}",
             )
         )
-    except (OSError, ValueError) as why:  # pinned.ConfigError is a ValueError
+    except (OSError, ValueError) as why:  # pinboard_worker.ConfigError is a ValueError
         print(f"chat.py: {why}", file=sys.stderr)
         return 2
     print(f"listening {addr} advertise={chat.worker.advertise_url}", flush=True)

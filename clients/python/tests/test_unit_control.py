@@ -11,12 +11,18 @@ from typing import Any
 
 import pytest
 
-from pinned.config import Config
-from pinned.control import HEARTBEAT_BACKOFF, REGISTER_BACKOFF, Backoff, Control, _wind_down
-from pinned.held import Gate
-from pinned.registry import Registry
-from pinned.state import State
-from pinned.types import Drain, Event, Evicted, Message, Registered, WindDown
+from pinboard_worker.config import Config
+from pinboard_worker.control import (
+    HEARTBEAT_BACKOFF,
+    REGISTER_BACKOFF,
+    Backoff,
+    Control,
+    _wind_down,
+)
+from pinboard_worker.held import Gate
+from pinboard_worker.registry import Registry
+from pinboard_worker.state import State
+from pinboard_worker.types import Drain, Event, Evicted, Message, Registered, WindDown
 
 
 @pytest.mark.parametrize(

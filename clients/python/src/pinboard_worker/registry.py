@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 MAX_ANSWER = 8 * 1024 * 1024
 """Largest registry answer read. Answers are small; register's `duplicates` is the largest."""

@@ -26,7 +26,7 @@ from .types import Event, Instance, Message, Status
 if TYPE_CHECKING:
     from .asgi import ASGIApp, PinnedMiddleware
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 EventHook = Callable[["Worker", Event], Awaitable[None]]
 WakeHook = Callable[["Worker", Instance, "bytes | None"], Awaitable[None]]
@@ -242,7 +242,7 @@ class Worker:
             if self._graceful:
                 await control.leave()
         except Exception:
-            log.exception("pinned control task failed")
+            log.exception("pinboard_worker control task failed")
 
     async def _until_listening(self) -> None:
         """Until the advertise URL accepts a TCP connection, for `LISTEN_WAIT` at most (a

@@ -26,7 +26,7 @@ from .registry import CallError, Refused, Registry
 from .state import State
 from .types import Drain, Event, Evicted, Message, Registered, Superseded, WindDown
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 REGISTER_BACKOFF = (0.5, 30.0)
 HEARTBEAT_BACKOFF = (0.5, 5.0)

@@ -1,4 +1,4 @@
-"""pinned: the Python worker library for Pinboard.
+"""pinboard_worker: the Python worker library for Pinboard.
 
 A `Worker` registers with Pinboard, proves it owns its advertise URL, keeps its lease alive by
 heartbeat and holds the instances Pinboard places on it; `worker.asgi(app)` puts any ASGI app
