@@ -1,5 +1,5 @@
-"""A chat-room server on Starlette and pinboard_worker: each room `/rooms/{id}` is an instance that
-Pinboard places on exactly one worker, which keeps the room's members and last messages in
+"""A chat-room server on Starlette and pinboard_worker: each room `/rooms/{id}` is an instance
+that Pinboard places on exactly one worker, which keeps the room's members and last messages in
 memory.
 
     POST /rooms/{id}/messages    {"from": name, "text": text}: kept and sent to every member
@@ -12,10 +12,12 @@ evicted, wound down or left, its members told and closed with code 1012 (reconne
 Pinboard finds the room where it is now).
 
     PINNED_TOKEN=... python chat.py --registry http://127.0.0.1:8080
+    python chat.py --registry http://127.0.0.1:8080 --token-file /var/run/secrets/pinboard/token
 
 prints `listening ADDR advertise=URL`, then `registered session=ID` on every (re)registration.
-SIGTERM or SIGINT releases every room, deregisters and exits 0; superseded by a higher-epoch
-registration it exits 1; a configuration it cannot start with exits 2.
+It runs under `pinboard_worker.serve`: SIGTERM or SIGINT releases every room, deregisters and
+exits 0; superseded by a higher-epoch registration it exits 1; a configuration it cannot start
+with exits 2; a credential the registry refused until the lease lapsed exits 3.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -34,7 +35,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeGuard
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -71,8 +71,6 @@ class Chat:
 
     def __init__(self, config: pinboard_worker.Config) -> None:
         self.rooms: dict[tuple[str, str], Room] = {}
-        self.server: uvicorn.Server | None = None
-        self.superseded = False
         self.worker = pinboard_worker.Worker(config, on_event=self.on_event)
         routes = [
             Route("/{id}/messages", self.read, methods=["GET"]),
@@ -193,9 +191,6 @@ class Chat:
                 log.info("draining=%s deadline=%s", draining, deadline)
             case pinboard_worker.Superseded(error):
                 log.warning("superseded (%s): shutting down", error)
-                self.superseded = True
-                if self.server is not None:
-                    self.server.should_exit = True
 
 
 def valid(value: object, limit: int) -> TypeGuard[str]:
@@ -226,6 +221,7 @@ class Parser(argparse.ArgumentParser):
 FLAGS = [
     ("registry", None, "Pinboard's URL, with its base_path if it has one"),
     ("token", None, "a Passport credential with the pinboard:worker scope"),
+    ("token-file", None, "a file holding it, read again for every call (instead of --token)"),
     ("listen", "127.0.0.1:0", "host:port to serve on; port 0 picks a free one"),
     ("namespaces", "/rooms", "the namespaces served, comma-separated"),
     ("client-id", "chat", "this worker's name in Pinboard"),
@@ -242,9 +238,10 @@ def parse_args() -> argparse.Namespace:
             f"--{flag}", default=os.environ.get(var, default), help=f"{about} ({var})"
         )
     args = parser.parse_args()
-    for flag in ("registry", "token"):
-        if not getattr(args, flag):
-            parser.error(f"--{flag} or PINNED_{flag.upper()} is required")
+    if not args.registry:
+        parser.error("--registry or PINNED_REGISTRY is required")
+    if not args.token and not args.token_file:
+        parser.error("--token (PINNED_TOKEN) or --token-file (PINNED_TOKEN_FILE) is required")
     return args
 
 
@@ -275,7 +272,8 @@ def main() -> int:
         chat = Chat(
             pinboard_worker.Config(
                 registry=args.registry,
-                token=args.token,
+                token=args.token or None,
+                token_file=args.token_file or None,
                 client_id=args.client_id,
                 namespaces=args.namespaces.split(","),
                 advertise_url=args.advertise_url or f"http://{addr}",
@@ -289,19 +287,9 @@ def main() -> int:
     # log_config=None: uvicorn logs through the root logger above (its own setup would print
     # access lines on stdout). The worker stops (releases, deregisters) at the lifespan's
     # shutdown, after the open connections: an open WebSocket may hold that up 5 s at most.
-    server = uvicorn.Server(uvicorn.Config(chat.app, log_config=None, timeout_graceful_shutdown=5))
-    chat.server = server
-
-    # uvicorn turns SIGINT and SIGTERM into that graceful shutdown, then raises the signal again
-    # for the handler it replaced. That one only asks for the same shutdown: a signal before
-    # uvicorn took over stops it as soon as it started, and the process exits 0 either way.
-    def stop(signum: int, frame: object) -> None:
-        server.should_exit = True
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
-    server.run(sockets=[sock])
-    return 1 if chat.superseded else 0
+    return pinboard_worker.serve(
+        chat.app, sockets=[sock], log_config=None, timeout_graceful_shutdown=5
+    )
 
 
 if __name__ == "__main__":

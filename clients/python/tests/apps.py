@@ -3,7 +3,11 @@
 Run as a script by `support.WorkerProcess`, configured by the environment:
 `PINNED_TEST_FD` (the listening socket to serve), `PINNED_TEST_APP` (`starlette`: the
 instrumented app below; `fastapi`: the README's minimal shape), `PINNED_TEST_REGISTRY`,
-`PINNED_TEST_TOKEN`, `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES` (comma-separated),
+`PINNED_TEST_SERVER` (`serve`: `pinboard_worker.serve`, the default; `uvicorn`: a plain
+`uvicorn.Server`, as `uvicorn module:app` runs it, which does not end when the worker stops),
+`PINNED_TEST_TOKEN` or `PINNED_TEST_TOKEN_FILE`, `PINNED_TEST_KEEP_ON_REFUSED` (set:
+`exit_on_refused_credential=False`), `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES`
+(comma-separated),
 `PINNED_TEST_CLIENT_ID`, `PINNED_TEST_STORE` (a FileStore directory, optional),
 `PINNED_TEST_WAKE_WAIT`, `PINNED_TEST_CALL_TIMEOUT`, and for a hostname-aware registration
 `PINNED_TEST_HOSTNAME`, `PINNED_TEST_ENV` and `PINNED_TEST_EPOCH` (takeover `wind_down`).
@@ -83,7 +87,9 @@ def config() -> pinboard_worker.Config:
     deploy_epoch = env.get("PINNED_TEST_EPOCH")
     return pinboard_worker.Config(
         registry=env["PINNED_TEST_REGISTRY"],
-        token=env["PINNED_TEST_TOKEN"],
+        token=env.get("PINNED_TEST_TOKEN"),
+        token_file=env.get("PINNED_TEST_TOKEN_FILE"),
+        exit_on_refused_credential="PINNED_TEST_KEEP_ON_REFUSED" not in env,
         client_id=env.get("PINNED_TEST_CLIENT_ID", "worker-1"),
         namespaces=env.get("PINNED_TEST_NAMESPACES", "/threads").split(","),
         advertise_url=env["PINNED_TEST_ADVERTISE"],
@@ -212,10 +218,11 @@ def main() -> None:
     else:
         app = worker.asgi(starlette_app(worker, recorder))
     listener = socket.socket(fileno=int(os.environ["PINNED_TEST_FD"]))
-    server = uvicorn.Server(
-        uvicorn.Config(app, lifespan="on", log_level="info", timeout_graceful_shutdown=5)
-    )
-    server.run(sockets=[listener])
+    options: dict[str, Any] = {"log_level": "info", "timeout_graceful_shutdown": 5}
+    if os.environ.get("PINNED_TEST_SERVER", "serve") == "uvicorn":
+        uvicorn.Server(uvicorn.Config(app, lifespan="on", **options)).run(sockets=[listener])
+    else:
+        sys.exit(pinboard_worker.serve(app, sockets=[listener], **options))
 
 
 if __name__ == "__main__":

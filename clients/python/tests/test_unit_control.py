@@ -19,6 +19,7 @@ from pinboard_worker.control import (
     Control,
     _wind_down,
 )
+from pinboard_worker.credential import Credential
 from pinboard_worker.held import Gate
 from pinboard_worker.registry import Registry
 from pinboard_worker.state import State
@@ -77,7 +78,7 @@ class Harness:
         )
         self.state = State(self.config, self.config.validate())
         self.events: list[Event] = []
-        registry = Registry(self.config.registry, "t", 1.0, None)
+        registry = Registry(self.config.registry, Credential("t", None), 1.0, None)
         self.control = Control(
             self.state, registry, self.events.append, asyncio.Event(), "http://127.0.0.1:2"
         )
