@@ -17,7 +17,8 @@ Pinboard finds the room where it is now).
 prints `listening ADDR advertise=URL`, then `registered session=ID` on every (re)registration.
 It runs under `pinboard_worker.serve`: SIGTERM or SIGINT releases every room, deregisters and
 exits 0; superseded by a higher-epoch registration it exits 1; a configuration it cannot start
-with exits 2; a credential the registry refused until the lease lapsed exits 3.
+with exits 2 (one the server cannot start with, 3); a credential the registry refused until
+the lease lapsed exits 4.
 """
 
 from __future__ import annotations

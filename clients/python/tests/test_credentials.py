@@ -1,7 +1,7 @@
 """Worker credentials against the real node, with the fault proxy recording the token each
 registry call carried: a token file renewed on disk is sent from the next call on, so the worker
 outlives its first token; a worker whose token expires and is not renewed stops once its lease
-lapsed, naming the refusal, and its process (`pinboard_worker.serve`) exits 3; with
+lapsed, naming the refusal, and its process (`pinboard_worker.serve`) exits 4; with
 `exit_on_refused_credential=False` it goes on retrying, and a token file fixed later brings it
 back.
 
@@ -107,7 +107,7 @@ def _refusal_line(session: str) -> str:
     )
 
 
-def test_a_token_that_expires_unreplaced_stops_the_worker_with_status_3(
+def test_a_token_that_expires_unreplaced_stops_the_worker_with_status_4(
     start_node: StartNode, start_proxy: Callable[[Node], FaultProxy], start_worker: StartWorker
 ) -> None:
     node = start_node()
@@ -116,7 +116,7 @@ def test_a_token_that_expires_unreplaced_stops_the_worker_with_status_3(
     session = worker.session
 
     code = worker.wait(90)
-    assert code == 3, f"exit status {code}:\n{worker.log()}"
+    assert code == 4, f"exit status {code}:\n{worker.log()}"
     line = _refusal_line(session)
     assert worker.log().count(line) == 1, worker.log()
     # Refused, and retried with the same session, until the lease lapsed; nothing after.

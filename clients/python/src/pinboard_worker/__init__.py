@@ -12,7 +12,7 @@ from .config import Config, ConfigError
 from .control import CredentialRefused
 from .durable import DurabilityStore, FileStore
 from .registry import BadAnswer, CallError, NoSession, NoStore, NotHeld, Refused, Unreachable
-from .serve import EXIT_CREDENTIAL_REFUSED, EXIT_SUPERSEDED, serve
+from .serve import EXIT_CREDENTIAL_REFUSED, EXIT_NOT_STARTED, EXIT_SUPERSEDED, serve
 from .types import (
     Drain,
     Event,
@@ -28,6 +28,7 @@ from .worker import Held, Worker
 
 __all__ = [
     "EXIT_CREDENTIAL_REFUSED",
+    "EXIT_NOT_STARTED",
     "EXIT_SUPERSEDED",
     "Attestation",
     "BadAnswer",

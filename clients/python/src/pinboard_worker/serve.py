@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 EXIT_SUPERSEDED = 1
 """A higher-epoch registration of the same hostname displaced the worker (as `pinned-example`
 exits)."""
-EXIT_CREDENTIAL_REFUSED = 3
+EXIT_NOT_STARTED = 3
+"""The server did not start (the application's lifespan startup failed, the address could not
+be bound), so the worker never registered: uvicorn's own status for that."""
+EXIT_CREDENTIAL_REFUSED = 4
 """The registry refused the worker's credential until its lease lapsed."""
 
 
@@ -29,8 +32,8 @@ def serve(
     `uvicorn.Config` (`host`, `port`, `timeout_graceful_shutdown`, ...) and `sockets` already
     bound, if given, served instead. Runs until SIGTERM or SIGINT (then the worker releases what
     it holds and deregisters at the lifespan's shutdown) or until the worker stops on its own;
-    returns the exit status: 0 after a signal, `EXIT_SUPERSEDED` (1), `EXIT_CREDENTIAL_REFUSED`
-    (3, the refusal logged). `sys.exit(pinboard_worker.serve(app, port=9000))`."""
+    returns the exit status: 0 after a signal, `EXIT_SUPERSEDED` (1), `EXIT_NOT_STARTED` (3),
+    `EXIT_CREDENTIAL_REFUSED` (4, the refusal logged). `sys.exit(serve(app, port=9000))`."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, **{"lifespan": "on", **options}))
@@ -66,7 +69,11 @@ def serve(
     }
     try:
         asyncio.run(run())
+    except SystemExit:
+        # How uvicorn gives up when it cannot start; past the start it is not uvicorn's.
+        if server.started:
+            raise
     finally:
         for signum, handler in replaced.items():
             signal.signal(signum, handler)
-    return status
+    return status if server.started else EXIT_NOT_STARTED
