@@ -96,6 +96,22 @@ def test_the_file_is_read_for_every_call(tmp_path: Path) -> None:
     assert credential.current() == "second.token.z"
 
 
+def test_a_kubernetes_projected_token_is_followed_through_its_symlinks(tmp_path: Path) -> None:
+    """A projected volume: `token` -> `..data/token`, `..data` -> a timestamped directory,
+    swapped atomically for a new directory when the kubelet renews the token."""
+    for name, token in (("..2026_01", "first.token"), ("..2026_02", "second.token")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "token").write_text(token)
+    (tmp_path / "..data").symlink_to("..2026_01")
+    (tmp_path / "token").symlink_to("..data/token")
+    credential = Credential(None, str(tmp_path / "token"))
+    assert credential.current() == "first.token"
+
+    (tmp_path / "..data_tmp").symlink_to("..2026_02")
+    os.replace(tmp_path / "..data_tmp", tmp_path / "..data")
+    assert credential.current() == "second.token"
+
+
 def test_a_file_without_a_token_keeps_the_last_one_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
