@@ -125,7 +125,8 @@ pub fn bind_listeners(
     Ok(listeners)
 }
 
-/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
+/// The first SIGTERM/SIGINT starts the graceful stop (after `http.shutdown_delay_ms` of
+/// serving with `/readyz` 503); a second one, during the delay too, exits at once. SIGHUP, which
 /// nginx and HAProxy operators send to reload, reads the listener's certificate pair again
 /// (later handshakes present it; open connections keep theirs) on the reload thread
 /// ([`reload`]), so that nothing a reload waits on keeps this thread from the next signal;
@@ -152,7 +153,15 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
                     warn!(signal, "second stop signal: exiting now");
                     std::process::exit(1);
                 }
-                info!(signal, "stop signal: finishing in-flight requests");
+                match shared.config.http.shutdown_delay_ms {
+                    0 => info!(signal, "stop signal: finishing in-flight requests"),
+                    delay_ms => info!(
+                        signal,
+                        delay_ms,
+                        "stop signal: /readyz answers 503; serving on for http.shutdown_delay_ms, \
+                         then finishing in-flight requests"
+                    ),
+                }
             }
         })
         .map_err(|e| Error::because(Origin::Internal, "starting the signal thread", e))?;
@@ -238,6 +247,9 @@ async fn core_main(
             while !shared.stopping.load(Ordering::Relaxed) {
                 monoio::time::sleep(STOP_POLL).await;
             }
+            // `/readyz` already answers 503; balancers take that time to stop sending here.
+            let delay = Duration::from_millis(shared.config.http.shutdown_delay_ms);
+            monoio::time::sleep(delay).await;
             shutdown.fire();
         }
     });
