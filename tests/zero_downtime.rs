@@ -476,3 +476,26 @@ fn reload_signals_the_node_and_says_when_there_is_none() {
         "{text}"
     );
 }
+
+/// The metrics listener is handed over with the cores' listeners: scrapes go on at the same
+/// address, answered by the new process.
+#[test]
+fn the_metrics_listener_is_handed_over_too() {
+    let redis = RedisServer::start();
+    let mut old = Node::start(&redis.url(), &[("PINBOARD_METRICS_LISTEN", "127.0.0.1:0")]);
+    let scrapes = old.metrics_addr();
+    assert_eq!(get(scrapes, "/metrics", None).status, 200);
+    let metrics_listen = scrapes.to_string();
+    let mut new = Node::try_take_over(
+        old.addr,
+        &redis.url(),
+        &[("PINBOARD_METRICS_LISTEN", &metrics_listen)],
+    )
+    .unwrap_or_else(|(code, log)| panic!("the upgrade failed ({code:?}):\n{log}"));
+    new.logs("upgrade: serving on the sockets taken over");
+    let status = old.wait(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{}", old.log());
+    // Only the new process holds the socket now.
+    assert_eq!(get(scrapes, "/metrics", None).status, 200);
+    assert!(new.stop().success());
+}

@@ -187,6 +187,20 @@ impl Node {
             .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
+    /// Where the node's metrics listener listens, from its log (`metrics listening addr=…`).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("metrics listening"))
+            .unwrap_or_else(|| panic!("no metrics listener in the log:\n{log}"));
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("addr="))
+            .expect("the line names addr")
+            .parse()
+            .unwrap()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
