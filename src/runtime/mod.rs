@@ -102,10 +102,10 @@ pub fn serve(shared: Arc<Shared>, start: Start) -> Result<(), Error> {
     drop(accepting);
     // Every core accepts (or one failed, and the node stops with its error).
     let all_accept = accepts.iter().take(threads).count() == threads;
-    if all_accept {
-        hand_over_done(&shared, addr, handed, taken, sockets);
-    }
     let mut result = Ok(());
+    if all_accept {
+        result = hand_over_done(&shared, addr, handed, taken, sockets);
+    }
     for core in cores {
         match core.join() {
             Ok(Ok(())) => {}
@@ -121,25 +121,33 @@ pub fn serve(shared: Arc<Shared>, start: Start) -> Result<(), Error> {
 }
 
 /// Once every core accepts: the old node told to stop accepting (after an upgrade, then this
-/// process's pid file), and the control socket served for the next upgrade.
+/// process's pid file), and the control socket served for the next upgrade. An old node that
+/// does not take the hand-over keeps the sockets: this process stops, and fails.
 fn hand_over_done(
     shared: &Arc<Shared>,
     addr: SocketAddr,
     handed: Handed,
     taken: Option<TakenOver>,
     sockets: Arc<Sockets>,
-) {
+) -> Result<(), Error> {
     if let Some(taken) = taken {
         let from = taken.from;
-        match taken.ready() {
-            Ok(()) => info!(
-                from,
-                "upgrade: serving on the sockets taken over; the old node drains"
-            ),
-            Err(e) => {
-                warn!(from, error = %e, "upgrade: the old node did not confirm; both may accept for a while")
-            }
+        if let Err(e) = taken.ready() {
+            // Two nodes accepting on one address is what `--upgrade` exists to avoid: the old
+            // one, which gave up on this one, keeps the sockets.
+            sockets.lend();
+            shared.stopping.store(true, Ordering::SeqCst);
+            return Err(Error::new(
+                Origin::Internal,
+                format!(
+                    "upgrade: the old node (pid {from}) did not take the hand-over ({e}); it serves on, this process stops"
+                ),
+            ));
         }
+        info!(
+            from,
+            "upgrade: serving on the sockets taken over; the old node drains"
+        );
         if let Some(path) = &shared.config.pid_file
             && let Err(e) = pid_file::write(path)
         {
@@ -147,6 +155,7 @@ fn hand_over_done(
         }
     }
     upgrade::serve_control(addr, handed, shared.clone(), sockets);
+    Ok(())
 }
 
 /// One listening socket per core, all in one `SO_REUSEPORT` group so the kernel spreads
@@ -277,10 +286,6 @@ struct Listening {
     taking_over: bool,
 }
 
-/// How long a node taking the sockets over may take to become the serving fleet (a claim in
-/// Redis) before it gives up, and the old node serves on.
-const SERVING_WITHIN: Duration = Duration::from_secs(30);
-
 fn run_core(
     index: usize,
     threads: usize,
@@ -388,7 +393,7 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
         });
     }
     if taking_over {
-        let deadline = Instant::now() + SERVING_WITHIN;
+        let deadline = Instant::now() + upgrade::SERVING_WITHIN;
         while !shared.is_serving() {
             if Instant::now() > deadline {
                 return Err(Error::new(

@@ -43,9 +43,15 @@ use crate::node::Shared;
 const FDS_PER_MESSAGE: usize = 250;
 /// The most sockets a node holds: 1024 cores (`threads`) and the metrics listener.
 const MOST_SOCKETS: usize = 1025;
-/// How long either side waits for the other's next line. The new process has loaded its
-/// configuration and logged in to Redis before it asks, so only starting its cores is left.
+/// How long either side waits for the other's next line, but for `ready`. The new process has
+/// loaded its configuration and logged in to Redis before it asks.
 const ANSWER_WITHIN: Duration = Duration::from_secs(30);
+/// How long a node taking the sockets over may take to become the serving fleet (a claim in
+/// Redis) before it gives up, and the old node serves on.
+pub(super) const SERVING_WITHIN: Duration = Duration::from_secs(30);
+/// How long the old node waits for `ready`: longer than the new one may try, so that it is
+/// never given up on while it could still say it.
+const READY_WITHIN: Duration = Duration::from_secs(45);
 
 /// The abstract name of the control socket of the node listening on `listen`.
 fn control_address(listen: SocketAddr) -> std::io::Result<std::os::unix::net::SocketAddr> {
@@ -78,6 +84,20 @@ const LENT: u8 = 1;
 const GIVEN: u8 = 2;
 
 impl Sockets {
+    /// Another process holds them and serves on: this one must leave them listening.
+    pub(super) fn lend(&self) {
+        self.0.store(LENT, Ordering::SeqCst);
+    }
+
+    fn give(&self) {
+        self.0.store(GIVEN, Ordering::SeqCst);
+    }
+
+    /// The process they were lent to went away.
+    fn take_back(&self) {
+        self.0.store(ALONE, Ordering::SeqCst);
+    }
+
     pub(super) fn held_alone(&self) -> bool {
         self.0.load(Ordering::SeqCst) == ALONE
     }
@@ -137,7 +157,8 @@ fn answer(
     shared: &Shared,
     sockets: &Sockets,
 ) -> bool {
-    let _ = peer.set_read_timeout(Some(ANSWER_WITHIN));
+    // A peer asks at once: one that says nothing holds the control socket up this long at most.
+    let _ = peer.set_read_timeout(Some(Duration::from_secs(5)));
     let mut line = String::new();
     // A peer that asks nothing (`pinboard reload` reading the pid) is no event.
     if BufReader::new(&mut *peer)
@@ -163,8 +184,9 @@ fn answer(
     if shared.is_stopping() {
         return refuse(peer, "this node is stopping".into());
     }
-    sockets.0.store(LENT, Ordering::SeqCst);
+    sockets.lend();
     let given = lend(peer, listen, handed).and_then(|()| {
+        let _ = peer.set_read_timeout(Some(READY_WITHIN));
         let mut ready = String::new();
         BufReader::new(&mut *peer)
             .take(64)
@@ -178,7 +200,7 @@ fn answer(
     });
     match given {
         Ok(()) => {
-            sockets.0.store(GIVEN, Ordering::SeqCst);
+            sockets.give();
             shared.stopping.store(true, Ordering::SeqCst);
             info!(
                 pid = pid.as_raw_pid(),
@@ -187,7 +209,7 @@ fn answer(
             true
         }
         Err(why) => {
-            sockets.0.store(ALONE, Ordering::SeqCst);
+            sockets.take_back();
             warn!(pid = pid.as_raw_pid(), reason = %why, "upgrade abandoned; this node serves on");
             false
         }
@@ -249,7 +271,8 @@ pub fn take_over(config: &Config) -> Result<TakenOver, String> {
         .and_then(|name| UnixStream::connect_addr(&name))
         .map_err(|e| {
             error(format!(
-                "no running node serves {listen} to take over from ({e})"
+                "no running node serves {listen} to take over from ({e}; the node is found by \
+                 listen, which must be the running node's address)"
             ))
         })?;
     same_user(&peer).map_err(|why| error(format!("the process on the control socket: {why}")))?;
@@ -316,7 +339,6 @@ pub fn take_over(config: &Config) -> Result<TakenOver, String> {
     if let Some(metrics) = &metrics {
         let _ = metrics.set_nonblocking(true);
     }
-    listeners.shrink_to_fit();
     Ok(TakenOver {
         listeners,
         metrics,
