@@ -10,9 +10,10 @@ use mimalloc::MiMalloc;
 use pinboard::config::Config;
 use pinboard::http::tls::{TlsFailure, tls_failure};
 use pinboard::node::{NodeTls, Shared};
-use pinboard::passport::{self, Passport, TokenRequest};
+use pinboard::passport::{self, TokenRequest};
 use pinboard::redis::LoginError;
 use pinboard::runtime::{Start, pid_file};
+use pinboard::settings::Settings;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -305,43 +306,24 @@ fn read_config_noting(file: Option<&Path>) -> Result<(Config, Option<String>), S
         ),
         None => None,
     };
-    // A variable that is not UTF-8 cannot be a setting; skipping it beats the panic of vars().
-    let env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let env = pinboard::config::process_env();
     let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
     Ok((config, ignored))
 }
 
-/// The validated configuration and the Passport built from it, or the one-line reason why not.
+/// The validated configuration and the settings built from it, or the one-line reason why not.
 fn load(file: Option<&Path>) -> Result<Shared, String> {
     let (config, ignored) = read_config_noting(file)?;
     // Logging starts once its format and the node's name are known; a refused configuration
     // is one plain line.
-    pinboard::logs::init(config.log_format, &config.node_id);
+    pinboard::logs::init(config.log_format, &config.log_level, &config.node_id);
     if let Some(warning) = ignored {
         tracing::warn!("{warning}");
     }
-    let pems = config
-        .passport
-        .ed25519_public_keys
-        .iter()
-        .map(std::fs::read)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("config error: passport.ed25519_public_keys: {e}"))?;
-    let p = &config.passport;
-    let passport = Passport::new(
-        p.hs256_secret.as_deref(),
-        &pems,
-        p.issuer.as_deref(),
-        p.audience.as_deref(),
-    )
-    .map_err(|e| format!("config error: passport: {e}"))?;
     let tls = NodeTls::load(&config)?;
-    let mut shared = Shared::new(config, passport, tls);
-    shared.open_access_log()?;
-    Ok(shared)
+    let settings = Settings::build(config, None)?;
+    Ok(Shared::new(settings, tls, file.map(Path::to_path_buf)))
 }
 
 /// Connects and logs in to Redis once before any core starts: credentials or a database that

@@ -20,6 +20,14 @@ pub(super) fn var_name(key: &str) -> String {
     format!("{PREFIX}{}", key.replace('.', "__").to_ascii_uppercase())
 }
 
+/// The process environment as text: a variable that is not UTF-8 cannot be a setting, and
+/// skipping it beats the panic of `std::env::vars()`.
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
 /// Lays every `PINBOARD_*` variable of `env` over `table`. Returns, per key set, the variable
 /// that set it. Variables are taken in name order so the first error reported is stable.
 pub(super) fn overlay(

@@ -214,12 +214,12 @@ pub fn bind_listeners(
 }
 
 /// The first SIGTERM/SIGINT starts the graceful stop (after `http.shutdown_delay_ms` of
-/// serving with `/readyz` 503); a second one, during the delay too, exits at once. SIGHUP, which
-/// nginx and HAProxy operators send to reload, reads the listener's certificate pair again
-/// (later handshakes present it; open connections keep theirs) on the reload thread
-/// ([`reload`]), so that nothing a reload waits on keeps this thread from the next signal;
-/// without TLS it is logged and ignored (it must not kill the node, as its default action
-/// would). SIGUSR2 starts a binary upgrade ([`upgrade::start_successor`]).
+/// serving with `/readyz` 503); a second one, during the delay too, exits at once. SIGHUP,
+/// which nginx and HAProxy operators send to reload (and `pinboard reload` sends), reads the
+/// configuration and the listener's certificate pair again and swaps them in on the reload
+/// thread ([`reload`]), so that nothing a reload waits on keeps this thread from the next
+/// signal (its default action, to exit, would kill the node). SIGUSR2 starts a binary upgrade
+/// ([`upgrade::start_successor`]).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
     let mut signals =
@@ -246,7 +246,7 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
                     warn!(signal, "second stop signal: exiting now");
                     std::process::exit(1);
                 }
-                match shared.config.http.shutdown_delay_ms {
+                match shared.settings().config.http.shutdown_delay_ms {
                     0 => info!(signal, "stop signal: finishing in-flight requests"),
                     delay_ms => info!(
                         signal,
@@ -264,7 +264,7 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
 /// SIGUSR1, as nginx takes it: the access log file is reopened (by each core, before its next
 /// write), so logrotate can move it away and signal.
 fn reopen_access_log(shared: &Shared) {
-    match &shared.access_log {
+    match &shared.settings().access_log {
         Some(log) => {
             log.reopen.fetch_add(1, Ordering::Relaxed);
             info!("SIGUSR1: reopening the access log");
@@ -348,18 +348,19 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
         .map(|listener| accept::Acceptor::new(listener, index, sockets.clone()))
         .transpose()?;
     let shutdown = Shutdown::default();
+    let core = Rc::new(Core::new(shared.clone(), index));
     monoio::spawn({
-        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         async move {
             loop {
                 // Given to a new process: it accepts on them already.
                 if sockets.given() {
                     break;
                 }
-                if shared.stopping.load(Ordering::Relaxed) {
+                if core.shared.stopping.load(Ordering::Relaxed) {
                     // `/readyz` answers 503; balancers take that time to stop sending here.
-                    let delay = Duration::from_millis(shared.config.http.shutdown_delay_ms);
-                    monoio::time::sleep(delay).await;
+                    let delay = core.live().config().http.shutdown_delay_ms;
+                    monoio::time::sleep(Duration::from_millis(delay)).await;
                     break;
                 }
                 monoio::time::sleep(STOP_POLL).await;
@@ -367,7 +368,6 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
             shutdown.fire();
         }
     });
-    let core = Rc::new(Core::new(shared.clone(), index));
     // The fleet claim, the mirror poll and the sweeper: the first core.
     let sweeper = (index == 0).then(|| {
         monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
@@ -377,7 +377,7 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
             shutdown.clone(),
         ))
     });
-    if core.access_log.is_some() {
+    {
         let (core, shutdown) = (core.clone(), shutdown.clone());
         monoio::spawn(async move {
             // Lines of a quiet core reach the log within a flush period.
@@ -386,7 +386,7 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
                     _ = monoio::time::sleep(crate::access_log::FLUSH_EVERY) => {}
                     _ = shutdown.fired() => {}
                 }
-                if let Some(log) = &core.access_log {
+                if let Some(log) = &core.live().access_log {
                     log.flush();
                 }
             }
@@ -406,20 +406,22 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
     }
     let _ = accepting.send(());
     drop(accepting);
-    let limits = Rc::new(shared.http_limits());
     if let Some(metrics) = metrics {
-        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        let limits = Rc::new(core.live().settings.http_limits());
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
     }
     while let Some((stream, peer)) = acceptor.next(&shutdown).await {
-        let slot = match accept::admit(&shared, peer) {
+        let slot = match accept::admit(&core, peer) {
             Ok(slot) => slot,
             Err(reason) => {
                 core.counters().connection_refused(reason);
                 continue;
             }
         };
-        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        // The limits of the settings current at accept.
+        let limits = core.live().settings.http_limits();
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         core.counters().connection_opened();
         monoio::spawn(async move {
             let tls = core.shared.tls.listener.as_ref();
@@ -432,7 +434,8 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
         });
     }
     acceptor.close();
-    let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
+    let grace = core.live().config().http.shutdown_grace_ms;
+    let deadline = Instant::now() + Duration::from_millis(grace);
     let open = || core.counters().connections();
     while open() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
@@ -448,7 +451,7 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
     if let Some(sweeper) = sweeper {
         sweeper.await;
     }
-    if let Some(log) = &core.access_log {
+    if let Some(log) = &core.live().access_log {
         log.flush();
     }
     Ok(())
