@@ -38,8 +38,8 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 
 /// Where a node's listening sockets come from.
 pub enum Start {
-    /// Bound by this process ([`bind_listeners`], one per core; [`bind_metrics`]); the pid
-    /// file, if any, is written.
+    /// Bound by this process ([`bind_listeners`], one per core; [`bind_metrics`]), which
+    /// wrote its pid file.
     Bound {
         listeners: Vec<std::net::TcpListener>,
         metrics: Option<std::net::TcpListener>,
@@ -87,14 +87,14 @@ pub fn serve(shared: Arc<Shared>, start: Start) -> Result<(), Error> {
             std::thread::Builder::new()
                 .name(format!("pinboard-core-{index}"))
                 .spawn(move || {
-                    let sockets = Listening {
+                    let listening = Listening {
                         listener,
                         metrics,
                         sockets,
                         accepting,
                         taking_over,
                     };
-                    run_core(index, threads, sockets, shared)
+                    run_core(index, threads, listening, shared)
                 })
                 .map_err(|e| Error::because(Origin::Internal, "starting a core thread", e))
         })
