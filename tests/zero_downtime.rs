@@ -499,3 +499,35 @@ fn the_metrics_listener_is_handed_over_too() {
     assert_eq!(get(scrapes, "/metrics", None).status, 200);
     assert!(new.stop().success());
 }
+
+/// A second SIGTERM during the delay exits at once (code 1), as a second stop signal does.
+#[test]
+fn a_second_stop_signal_during_the_delay_exits_at_once() {
+    let redis = RedisServer::start();
+    let mut node = Node::start(
+        &redis.url(),
+        &[("PINBOARD_HTTP__SHUTDOWN_DELAY_MS", "600000")],
+    );
+    node.terminate();
+    node.logs("serving on for http.shutdown_delay_ms");
+    assert_eq!(get(node.addr, "/readyz", None).status, 503);
+    node.terminate();
+    let status = node.wait(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1), "{}", node.log());
+    node.logs("second stop signal: exiting now");
+}
+
+/// A pid file that cannot be written stops startup like a bad setting, naming the key.
+#[test]
+fn a_pid_file_that_cannot_be_written_exits_2() {
+    let redis = RedisServer::start();
+    let (code, stderr) = support::node::serve_until_exit(
+        &redis.url(),
+        &[("PINBOARD_PID_FILE", "/nonexistent/pinboard.pid")],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("config error: pid_file: cannot write /nonexistent/pinboard.pid"),
+        "{stderr}"
+    );
+}
