@@ -59,9 +59,17 @@ fn node_with_file(text: &str) -> (Fixture, TestWorker, tempfile::TempDir, String
     (f, worker, dir, path)
 }
 
+/// Replaces the file whole (as an editor or a config tool does: a reload still reading the
+/// last one never sees half of this one).
+fn rewrite(path: &str, text: &str) {
+    let next = format!("{path}.next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
 /// Rewrites the file, sends SIGHUP, and waits for the `n`th line saying `what`.
 fn reload(f: &Fixture, path: &str, text: &str, what: &str, n: usize) {
-    std::fs::write(path, text).unwrap();
+    rewrite(path, text);
     f.node.signal("HUP");
     let seen = eventually(Duration::from_secs(10), || {
         f.node.log().matches(what).count() >= n
@@ -344,7 +352,7 @@ fn the_access_log_and_the_log_level_follow_a_reload() {
     // log_level = "warn": a reload's INFO line is no longer written (its own included: the
     // level is applied first), its WARN line is.
     let quiet = format!("log_level = \"warn\"\n{text}");
-    std::fs::write(&path, &quiet).unwrap();
+    rewrite(&path, &quiet);
     f.node.signal("HUP");
     let moved = format!("prefix = \"other:\"\n{quiet}");
     reload(&f, &path, &moved, "change only at a restart", 1);
