@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pinboard::passport::{TokenRequest, mint};
 use support::fleet::Fixture;
 use support::http::get;
-use support::node::{SECRET, config_file, eventually};
+use support::node::{SECRET, config_file, eventually, token_signed_with};
 use support::worker::{Serve, TestWorker};
 
 const NEW_SECRET: &str = "the-next-secret-of-at-least-32-bytes!";
@@ -22,22 +21,7 @@ const NEW_SECRET: &str = "the-next-secret-of-at-least-32-bytes!";
 const ENV_SECRET: &str = "a-secret-nobody-signs-with-0123456789";
 
 fn signed(secret: &str, sub: &str, scopes: &[&str]) -> String {
-    mint(
-        secret,
-        &TokenRequest {
-            sub: sub.into(),
-            scopes: scopes.iter().map(|s| s.to_string()).collect(),
-            namespaces: vec!["*".into()],
-            backend_hosts: vec!["127.0.0.1".into()],
-            ports: vec![],
-            hostnames: vec![],
-            envs: vec![],
-            ttl_secs: 3600,
-            issuer: None,
-            audience: None,
-        },
-    )
-    .unwrap()
+    token_signed_with(secret, sub, scopes, &["*"], &["127.0.0.1"])
 }
 
 /// The configuration file: `passport` (the `[passport]` table's lines), a data-plane rule on

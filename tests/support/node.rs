@@ -266,8 +266,19 @@ pub fn token_for_hosts(
     namespaces: &[&str],
     backend_hosts: &[&str],
 ) -> String {
+    token_signed_with(SECRET, sub, scopes, namespaces, backend_hosts)
+}
+
+/// [`token_for_hosts`] signed with `secret` (a key the node is given besides the test one).
+pub fn token_signed_with(
+    secret: &str,
+    sub: &str,
+    scopes: &[&str],
+    namespaces: &[&str],
+    backend_hosts: &[&str],
+) -> String {
     mint(
-        SECRET,
+        secret,
         &TokenRequest {
             sub: sub.into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
