@@ -98,4 +98,12 @@ pub enum Event {
     /// stopped heartbeating and refuses every instance request; the application decides what
     /// comes next, typically shutting down.
     Superseded { error: String },
+    /// The registry refused the worker's credential (`status` 401 or 403) and it could not
+    /// recover within its lease ([`Config::stop_when_unauthorized`](crate::Config::stop_when_unauthorized)):
+    /// the token expired or was revoked, and no fresh one came (through
+    /// [`Config::token_file`](crate::Config::token_file)) in time. The worker stopped
+    /// heartbeating, dropped what it held (the registry counts it dead) and refuses every
+    /// instance request; the application should stop, and exit non-zero so that a supervisor
+    /// sees it.
+    Unauthorized { status: u16, error: String },
 }

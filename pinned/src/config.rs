@@ -26,8 +26,22 @@ pub struct Config {
     /// A PEM file of CA certificates trusted, besides the system roots (`/etc/ssl/certs`), when
     /// verifying an `https` registry's certificate.
     pub registry_ca_file: Option<PathBuf>,
-    /// The Passport credential sent as `Authorization: Bearer`.
+    /// The Passport credential sent as `Authorization: Bearer`; empty with
+    /// [`token_file`](Self::token_file).
     pub token: String,
+    /// A file holding the credential instead (one token; surrounding whitespace ignored),
+    /// read at start and again before a registry call whenever it changed: a rotated token
+    /// (a Kubernetes projected token, a Vault agent's sink) is used without a restart. While
+    /// it cannot be read the token last read is kept. Set either this or `token`, not both.
+    pub token_file: Option<PathBuf>,
+    /// Stop when the registry refuses the credential (401 or 403) and the worker cannot
+    /// recover within its lease: the heartbeats still refused once the lease lapsed, or the
+    /// registrations refused for a whole lease. The worker then stops heartbeating, drops what
+    /// it held, refuses instance requests and tells the application
+    /// ([`Event::Unauthorized`](crate::Event::Unauthorized)), which typically exits non-zero so
+    /// that a supervisor notices. Default true; false keeps retrying (with the same session)
+    /// until the credential works again.
+    pub stop_when_unauthorized: bool,
     pub client_id: String,
     /// Namespaces to register, each `/` plus one path segment.
     pub namespaces: Vec<String>,
@@ -88,6 +102,8 @@ impl Config {
             registry: registry.to_owned(),
             registry_ca_file: None,
             token: token.to_owned(),
+            token_file: None,
+            stop_when_unauthorized: true,
             client_id: client_id.to_owned(),
             namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

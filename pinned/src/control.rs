@@ -17,7 +17,7 @@ use pinboard_protocol::registry::{
 };
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::app::{App, Event};
 use crate::handle::Handle;
@@ -33,6 +33,9 @@ const HEARTBEAT_BACKOFF: (Duration, Duration) =
 const SEEN_KEPT: usize = 1024;
 /// Instances per release call at shutdown, well under the registry's 1 MiB body cap.
 const RELEASE_BATCH: usize = 1000;
+/// How long registrations refused 401/403 are retried before the worker stops, until a
+/// registration told it the registry's lease (the node's default `lease_ttl_ms`).
+const FIRST_LEASE: Duration = Duration::from_secs(15);
 /// How long events already queued may still run once the worker stopped.
 const EVENTS_DRAIN: Duration = Duration::from_secs(5);
 
@@ -46,6 +49,7 @@ pub(crate) async fn run<A: App>(shared: Arc<Shared>, app: Arc<A>) {
         stop,
         acks: Vec::new(),
         seen: VecDeque::new(),
+        lease: FIRST_LEASE,
     };
     control.lifecycle().await;
     if shared.graceful.load(Ordering::SeqCst) {
@@ -70,6 +74,11 @@ enum Ended {
     /// The registry lost this session: register again, naming it.
     Reregister(String),
     Superseded,
+    /// The credential was refused past what the lease allows (`stop_when_unauthorized`).
+    Unauthorized {
+        status: u16,
+        error: String,
+    },
 }
 
 struct Control {
@@ -79,16 +88,19 @@ struct Control {
     /// Msg ids to ack on the next heartbeat.
     acks: Vec<MsgId>,
     seen: VecDeque<MsgId>,
+    /// The lease the registry last granted ([`FIRST_LEASE`] before any).
+    lease: Duration,
 }
 
 impl Control {
     async fn lifecycle(&mut self) {
         let mut previous = None;
         loop {
-            let Some(lease) = self.register(previous.as_deref()).await else {
-                return;
+            let ended = match self.register(previous.as_deref()).await {
+                Ok(lease) => self.heartbeats(lease).await,
+                Err(ended) => ended,
             };
-            match self.heartbeats(lease).await {
+            match ended {
                 Ended::Stopped => return,
                 Ended::Reregister(session) => previous = Some(session),
                 Ended::Superseded => {
@@ -96,17 +108,45 @@ impl Control {
                     self.stop.fired().await;
                     return;
                 }
+                Ended::Unauthorized { status, error } => {
+                    self.unauthorized(status, error);
+                    self.stop.fired().await;
+                    return;
+                }
             }
         }
     }
 
-    /// Registers until it works; the lease TTL, or `None` when stopped first. `previous`: the
-    /// session the registry lost, whose instances this registration reclaims.
-    async fn register(&mut self, previous: Option<&str>) -> Option<Duration> {
+    /// Stops serving for good: the registry refused the credential past the lease, so it
+    /// counts this worker dead and may place what it held elsewhere.
+    fn unauthorized(&mut self, status: u16, error: String) {
+        error!(
+            status,
+            %error,
+            lease_ms = self.lease.as_millis() as u64,
+            "the registry refused this worker's credential for longer than its lease; \
+             stopping (renew the token, or its token_file)"
+        );
+        {
+            let mut state = self.shared.state();
+            state.unauthorized = true;
+            state.lease_until = None;
+        }
+        // The gate closed first, as for a supersession.
+        self.shared.held.forget_all(Instant::now());
+        self.emit(Event::Unauthorized { status, error });
+    }
+
+    /// Registers until it works: the lease TTL; or how it ended first (stopped, or refused
+    /// 401/403 for a whole lease). `previous`: the session the registry lost, whose instances
+    /// this registration reclaims.
+    async fn register(&mut self, previous: Option<&str>) -> Result<Duration, Ended> {
         let mut backoff = Backoff::new(REGISTER_BACKOFF);
+        // When the current run of refused credentials began.
+        let mut refused_since = None;
         loop {
             if self.stop.is_fired() {
-                return None;
+                return Err(Ended::Stopped);
             }
             let body = self.register_body(previous);
             let sent = Instant::now();
@@ -114,13 +154,29 @@ impl Control {
             // A registration cut short may still have landed; its session then lapses.
             let result = self
                 .unless_stopped(registry.post("register", &body))
-                .await?;
+                .await
+                .ok_or(Ended::Stopped)?;
             match result.and_then(|answer| self.registered(answer, sent, previous.is_some())) {
-                Ok(lease) => return Some(lease),
-                Err(e) => warn!(error = %e, "registration failed; retrying"),
+                Ok(lease) => {
+                    self.lease = lease;
+                    return Ok(lease);
+                }
+                Err(e) => {
+                    if let Some((status, error)) = refused_credential(&e) {
+                        let since = *refused_since.get_or_insert(sent);
+                        if self.shared.config.stop_when_unauthorized
+                            && sent.duration_since(since) >= self.lease
+                        {
+                            return Err(Ended::Unauthorized { status, error });
+                        }
+                    } else {
+                        refused_since = None;
+                    }
+                    warn!(error = %e, "registration failed; retrying");
+                }
             }
             if !self.pause(backoff.next()).await {
-                return None;
+                return Err(Ended::Stopped);
             }
         }
     }
@@ -233,6 +289,7 @@ impl Control {
                     Some((renewed, answer)) => {
                         self.acks.retain(|id| !body.acks.contains(id));
                         lease = renewed;
+                        self.lease = lease;
                         wait = lease / 3;
                         backoff = Backoff::new(HEARTBEAT_BACKOFF);
                         self.renewed(&answer, sent, lease);
@@ -266,8 +323,17 @@ impl Control {
                     self.emit(Event::Superseded { error });
                     return Ended::Superseded;
                 }
-                // A 403 included: the spec's worker retries it with the same session.
-                Err(e) => warn!(%session, error = %e, "heartbeat failed; retrying"),
+                // A 401/403 too, with the same session, while the lease lasts: a token file
+                // replaced meanwhile is read again on the next try.
+                Err(e) => {
+                    if let Some((status, error)) = refused_credential(&e)
+                        && self.shared.config.stop_when_unauthorized
+                        && !self.shared.state().lease_healthy(Instant::now())
+                    {
+                        return Ended::Unauthorized { status, error };
+                    }
+                    warn!(%session, error = %e, "heartbeat failed; retrying");
+                }
             }
             wait = backoff.next().min(lease / 3);
         }
@@ -340,7 +406,9 @@ impl Control {
             state.stopping = true;
             state.draining = true;
             // Only this thread changes either, so they still hold once the map is swept.
-            (!state.superseded).then(|| state.session.clone()).flatten()
+            (!state.superseded && !state.unauthorized)
+                .then(|| state.session.clone())
+                .flatten()
         };
         // The gate closed first: an activation racing with this is either forgotten here, and
         // released below, or refused.
@@ -400,6 +468,18 @@ impl Control {
             _ = monoio::time::sleep(duration) => true,
             _ = self.stop.fired() => false,
         }
+    }
+}
+
+/// The status and error of a refused credential (401 or 403).
+fn refused_credential(error: &CallError) -> Option<(u16, String)> {
+    match error {
+        CallError::Refused {
+            status: status @ (401 | 403),
+            error,
+            ..
+        } => Some((*status, error.clone())),
+        _ => None,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Status {
     pub drain_deadline: Option<Duration>,
     pub degraded: bool,
     pub superseded: bool,
+    /// Stopped: the registry refused the credential past the lease ([`Event::Unauthorized`](crate::Event::Unauthorized)).
+    pub unauthorized: bool,
     pub headroom: u64,
 }
 
@@ -76,6 +78,7 @@ impl Handle {
             drain_deadline: state.drain_deadline,
             degraded: state.degraded,
             superseded: state.superseded,
+            unauthorized: state.unauthorized,
             headroom: state.headroom,
         }
     }
@@ -298,7 +301,7 @@ mod tests {
         let client = Registry::new(
             config.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            "tok",
+            crate::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let addr = registry.local_addr().unwrap();
@@ -385,7 +388,7 @@ mod tests {
         let client = Registry::new(
             bare.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            "tok",
+            crate::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let handle = Handle::new(Arc::new(Shared::new(

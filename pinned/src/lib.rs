@@ -58,6 +58,7 @@ mod app;
 mod attest;
 mod config;
 mod control;
+mod credential;
 mod durable;
 mod epoch;
 mod handle;

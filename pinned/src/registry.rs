@@ -12,6 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::credential::Credential;
+
 /// Largest registry answer read. Answers are small; register's `duplicates` is the largest.
 const MAX_ANSWER: usize = 8 * 1024 * 1024;
 /// Pause before the second and third try of a call that gives up after three.
@@ -58,16 +60,21 @@ pub(crate) struct Registry {
     addr: WorkerAddr,
     /// What an `https` registry's certificate is verified with.
     tls: ClientTls,
-    authorization: String,
+    credential: Credential,
     timeout: Duration,
 }
 
 impl Registry {
-    pub fn new(addr: WorkerAddr, tls: ClientTls, token: &str, timeout: Duration) -> Registry {
+    pub fn new(
+        addr: WorkerAddr,
+        tls: ClientTls,
+        credential: Credential,
+        timeout: Duration,
+    ) -> Registry {
         Registry {
             addr,
             tls,
-            authorization: format!("Bearer {token}"),
+            credential,
             timeout,
         }
     }
@@ -79,8 +86,9 @@ impl Registry {
         body: &B,
     ) -> Result<Map<String, Value>, CallError> {
         let path = format!("/registry/{route}");
+        let authorization = self.credential.authorization();
         let headers = [
-            ("authorization", self.authorization.as_str()),
+            ("authorization", authorization.as_str()),
             ("content-type", "application/json"),
         ];
         // The protocol's bodies are plain data: serializing them cannot fail.

@@ -189,6 +189,8 @@ pub(crate) struct State {
     pub drain_deadline: Option<Duration>,
     pub degraded: bool,
     pub superseded: bool,
+    /// The registry refused the credential past the lease: the worker stopped (`control.rs`).
+    pub unauthorized: bool,
     /// Set when a graceful stop begins: no new activations from then on.
     pub stopping: bool,
     pub messages: VecDeque<Message>,
@@ -206,6 +208,7 @@ impl State {
             drain_deadline: None,
             degraded: false,
             superseded: false,
+            unauthorized: false,
             stopping: false,
             messages: VecDeque::new(),
         }

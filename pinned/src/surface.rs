@@ -411,7 +411,7 @@ mod tests {
             let registry = Registry::new(
                 config.validate().unwrap(),
                 pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-                "token",
+                crate::credential::Credential::new("token", None).unwrap(),
                 Duration::from_secs(1),
             );
             let listeners = bind(config.listen, 1).unwrap();

@@ -20,7 +20,7 @@ use support::http::{Client, get, post_json};
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
-use support::{SHARDS, end_cold_start, eventually, keys};
+use support::{SHARDS, end_cold_start, eventually, expiring_worker_token, keys, replace_token};
 
 struct Example {
     child: Child,
@@ -38,14 +38,20 @@ impl Example {
 
     /// A worker registered as `client_id`, with `extra` arguments.
     fn start_as(node: &Node, client_id: &str, extra: &[&str]) -> Example {
+        let token = token("acct-1", &["pinboard:worker"], &["*"]);
+        Example::launch(node, client_id, extra, &[("PINNED_TOKEN", &token)])
+    }
+
+    /// A worker registered as `client_id` with `extra` arguments and the credential `env`
+    /// gives (`PINNED_TOKEN` or `PINNED_TOKEN_FILE`).
+    fn launch(node: &Node, client_id: &str, extra: &[&str], env: &[(&str, &str)]) -> Example {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
             .args(["--registry", &node.url(), "--namespaces", "/threads,/docs"])
             .args(["--client-id", client_id])
             .args(extra)
-            .env(
-                "PINNED_TOKEN",
-                token("acct-1", &["pinboard:worker"], &["*"]),
-            )
+            .env_remove("PINNED_TOKEN")
+            .env_remove("PINNED_TOKEN_FILE")
+            .envs(env.iter().copied())
             .env("PINNED_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -102,7 +108,12 @@ impl Example {
                 .unwrap()
                 .success()
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.exit_code(Duration::from_secs(20))
+    }
+
+    /// The exit code, once it exits within `limit` (the test fails otherwise).
+    fn exit_code(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code();
@@ -423,4 +434,54 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
         late.status,
         late.text()
     );
+}
+
+#[test]
+fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let valid = Duration::from_secs(3);
+    replace_token(&file, &expiring_worker_token("acct-1", valid));
+    let path = file.to_str().unwrap();
+    let mut example = Example::launch(&node, "example-1", &[], &[("PINNED_TOKEN_FILE", path)]);
+    assert_eq!(heartbeat_status(&node, &example.session), 200);
+
+    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(1));
+    let log = example.log().join("\n");
+    assert!(
+        log.contains("the registry refused this worker's credential for longer than its lease")
+            && log.contains("status=401"),
+        "{log}"
+    );
+}
+
+#[test]
+fn token_and_token_file_together_are_a_configuration_error() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    replace_token(&file, &token("acct-1", &["pinboard:worker"], &["*"]));
+    let output = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
+        .args(["--registry", &node.url(), "--namespaces", "/threads"])
+        .args(["--token", "t", "--token-file", file.to_str().unwrap()])
+        .env_remove("PINNED_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--token-file"), "{stderr}");
+    // A file that holds no token fails the start, naming the setting.
+    std::fs::write(&file, "").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
+        .args(["--registry", &node.url(), "--namespaces", "/threads"])
+        .args(["--token-file", file.to_str().unwrap()])
+        .env_remove("PINNED_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("token_file"), "{stderr}");
 }

@@ -29,7 +29,9 @@
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
-//! and exits 1. A configuration it cannot start with exits 2.
+//! and exits 1; so it does when the registry refused its credential past its lease (an
+//! expired token never replaced: give `--token-file` to rotate it without a restart) unless
+//! `--retry-unauthorized`. A configuration it cannot start with exits 2.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -69,8 +71,22 @@ struct Args {
     #[arg(long, env = "PINNED_REGISTRY_CA_FILE")]
     registry_ca_file: Option<PathBuf>,
     /// Passport credential with the pinboard:worker scope.
-    #[arg(long, env = "PINNED_TOKEN", hide_env_values = true)]
-    token: String,
+    #[arg(
+        long,
+        env = "PINNED_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "token_file",
+        conflicts_with = "token_file"
+    )]
+    token: Option<String>,
+    /// A file holding the credential instead, read again whenever it changes (a rotated
+    /// token is used without a restart).
+    #[arg(long, env = "PINNED_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Keep retrying when the registry refuses the credential past the lease, rather than
+    /// stop and exit 1.
+    #[arg(long, env = "PINNED_RETRY_UNAUTHORIZED")]
+    retry_unauthorized: bool,
     #[arg(long, env = "PINNED_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Comma-separated namespaces, each `/segment`.
@@ -139,7 +155,10 @@ fn ns_env(pair: &str) -> Result<(String, String), String> {
 impl Args {
     fn config(self) -> std::io::Result<Config> {
         let namespaces: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
-        let mut config = Config::new(&self.registry, &self.token, &self.client_id, &namespaces);
+        let token = self.token.as_deref().unwrap_or_default();
+        let mut config = Config::new(&self.registry, token, &self.client_id, &namespaces);
+        config.token_file = self.token_file;
+        config.stop_when_unauthorized = !self.retry_unauthorized;
         config.listen = self.listen;
         config.advertise_url = self.advertise_url;
         config.registry_ca_file = self.registry_ca_file;
@@ -171,7 +190,8 @@ impl Args {
 /// Why `main` stops the worker.
 enum Stop {
     Signal,
-    Superseded,
+    /// Superseded, or the credential refused past the lease: the registry is done with it.
+    Dismissed,
 }
 
 /// Shards of the counters: as the library splits its held instances (`src/held.rs`), so that
@@ -435,7 +455,11 @@ impl App for Counters {
             Event::Drain { draining, deadline } => info!(draining, ?deadline, "drain"),
             Event::Superseded { error } => {
                 warn!(%error, "superseded; shutting down");
-                let _ = self.stop.send(Stop::Superseded);
+                let _ = self.stop.send(Stop::Dismissed);
+            }
+            // The library logged why; a supervisor sees the exit status.
+            Event::Unauthorized { .. } => {
+                let _ = self.stop.send(Stop::Dismissed);
             }
         }
     }
@@ -495,7 +519,7 @@ fn main() -> ExitCode {
     worker.shutdown();
     match why {
         Stop::Signal => ExitCode::SUCCESS,
-        Stop::Superseded => ExitCode::from(1),
+        Stop::Dismissed => ExitCode::from(1),
     }
 }
 
