@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use pinboard_http::{DriverKind, WorkerAddr};
 
+use pinboard_protocol::worker::control::check_identity;
+
 use crate::durable::DurabilityStore;
 
 /// Hostname-aware mode's policy when another hostname's worker holds an instance this
@@ -134,22 +136,7 @@ impl Config {
                 self.registry
             )
         })?;
-        if self.client_id.is_empty() {
-            return Err("client id is empty".into());
-        }
-        if self.namespaces.is_empty() {
-            return Err("no namespaces to register".into());
-        }
-        for ns in self.namespaces.iter().chain(self.envs.keys()) {
-            if !is_namespace(ns) {
-                return Err(format!("namespace {ns:?} is not / plus one path segment"));
-            }
-        }
-        if let Some(unknown) = self.envs.keys().find(|ns| !self.namespaces.contains(ns)) {
-            return Err(format!(
-                "envs names {unknown}, which is not a registered namespace"
-            ));
-        }
+        check_identity(&self.client_id, &self.namespaces, &self.envs)?;
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             return Err("tls_cert_file and tls_key_file are set together or not at all".into());
         }
@@ -184,12 +171,6 @@ impl Config {
     pub(crate) fn serves_tls(&self) -> bool {
         self.tls_cert_file.is_some()
     }
-}
-
-/// `/` plus one path segment.
-pub(crate) fn is_namespace(ns: &str) -> bool {
-    ns.strip_prefix('/')
-        .is_some_and(|segment| !segment.is_empty() && !segment.contains('/'))
 }
 
 #[cfg(test)]

@@ -8,10 +8,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pinboard_protocol::registry::{ReleaseRow, ScheduleAnswer, ScheduleRow, TagAnswer, TagRequest};
 use serde_json::Value;
 
+use crate::Epoch;
 use crate::durable::DurabilityStore;
-use crate::epoch::Epoch;
+use pinboard_protocol::worker::control::Failure;
+
+use crate::Message;
 use crate::registry::{CallError, read_answer};
-use crate::state::{Message, Shared};
+use crate::state::Shared;
 
 /// An instance this worker holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,7 +130,7 @@ impl Handle {
         }];
         let answer = self.shared.registry.post_thrice("release", &body).await?;
         let released = answer.get("released").and_then(Value::as_u64);
-        Ok(released.ok_or(CallError::BadAnswer { status: 200 })? > 0)
+        Ok(released.ok_or(CallError::from(Failure::BadAnswer { status: 200 }))? > 0)
     }
 
     /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
@@ -146,7 +149,7 @@ impl Handle {
         let answer = self.shared.registry.post_thrice("tag", &body).await?;
         read_answer::<TagAnswer>(answer)
             .map(|a| a.tagged)
-            .ok_or(CallError::BadAnswer { status: 200 })
+            .ok_or(CallError::from(Failure::BadAnswer { status: 200 }))
     }
 }
 
@@ -198,7 +201,7 @@ impl Handle {
         let answer = self.shared.registry.post_thrice("schedule", &body).await?;
         read_answer::<ScheduleAnswer>(answer)
             .map(|a| a.scheduled > 0)
-            .ok_or(CallError::BadAnswer { status: 200 })
+            .ok_or(CallError::from(Failure::BadAnswer { status: 200 }))
     }
 }
 
@@ -250,8 +253,8 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::durable::FileStore;
-    use crate::held::Admission;
     use crate::registry::Registry;
+    use pinboard_protocol::worker::held::Admission;
 
     /// The request the worker sent (head, body), answered with `answer` (status line on).
     fn answer_once(registry: &TcpListener, answer: &'static str) -> (String, Value) {
@@ -301,7 +304,7 @@ mod tests {
         let client = Registry::new(
             config.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            crate::credential::Credential::new("tok", None).unwrap(),
+            pinboard_protocol::worker::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let addr = registry.local_addr().unwrap();
@@ -369,11 +372,14 @@ mod tests {
         assert!(matches!(scheduled, Ok(true)), "{scheduled:?}");
         assert!(matches!(cancelled, Ok(false)), "{cancelled:?}");
         assert!(
-            matches!(lost, Err(CallError::Refused { status: 409, reregister: true, ref error, .. }) if error == "unknown session"),
+            matches!(lost, Err(CallError::Registry(Failure::Refused { status: 409, reregister: true, ref error, .. })) if error == "unknown session"),
             "{lost:?}"
         );
         assert!(
-            matches!(garbled, Err(CallError::BadAnswer { status: 200 })),
+            matches!(
+                garbled,
+                Err(CallError::Registry(Failure::BadAnswer { status: 200 }))
+            ),
             "{garbled:?}"
         );
         // The store remembers the last wake asked for.
@@ -388,7 +394,7 @@ mod tests {
         let client = Registry::new(
             bare.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            crate::credential::Credential::new("tok", None).unwrap(),
+            pinboard_protocol::worker::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let handle = Handle::new(Arc::new(Shared::new(

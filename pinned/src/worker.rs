@@ -12,11 +12,11 @@ use pinboard_http::tls::{Alpn, ClientTls, PemFile, ServerTls};
 
 use crate::app::App;
 use crate::config::Config;
-use crate::credential::Credential;
 use crate::handle::Handle;
 use crate::registry::Registry;
 use crate::runtime::{bind, choose_driver, spawn_control, spawn_serving};
 use crate::state::Shared;
+use pinboard_protocol::worker::credential::Credential;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use tracing::{info, warn};
 
-pub(crate) enum Credential {
+pub enum Credential {
     /// `Bearer {token}`, as given.
     Fixed(String),
     File {
@@ -24,7 +24,7 @@ pub(crate) enum Credential {
 /// (how Kubernetes and most agents swap a token in) changes the inode, a rewrite in place the
 /// modification time or the length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
