@@ -17,10 +17,11 @@ use pinboard::store::bucket_of;
 use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
+use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
-use support::{SHARDS, end_cold_start, eventually, expiring_worker_token, keys, replace_token};
+use support::{eventually, expiring_worker_token, replace_token};
 
 struct Example {
     child: Child,
@@ -442,7 +443,7 @@ fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
     let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
-    let valid = Duration::from_secs(3);
+    let valid = Duration::from_secs(6);
     replace_token(&file, &expiring_worker_token("acct-1", valid));
     let path = file.to_str().unwrap();
     let mut example = Example::launch(&node, "example-1", &[], &[("PINNED_TOKEN_FILE", path)]);
