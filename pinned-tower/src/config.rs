@@ -56,10 +56,7 @@ impl Config {
             namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
             advertise_url: advertise_url.to_owned(),
             headroom: 100,
-            registration: Registration {
-                stop_when_unauthorized: true,
-                ..Registration::default()
-            },
+            registration: Registration::default(),
             call_timeout: Duration::from_secs(10),
             expected_instances: 0,
         }

@@ -43,5 +43,6 @@ pub use pinboard_protocol::worker::attest::Attestation;
 pub use pinboard_protocol::worker::control::{Event, Registration};
 pub use pinboard_protocol::worker::epoch::Epoch;
 pub use pinboard_protocol::worker::serve::Instance;
+pub use pinboard_protocol::worker::serve::Status;
 pub use pinboard_protocol::worker::state::Message;
-pub use worker::{Events, StartError, Status, Worker};
+pub use worker::{Events, StartError, Worker};

@@ -4,7 +4,7 @@
 //! [`Worker::shutdown`] releases, deregisters and ends the task.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Uri};
@@ -16,7 +16,7 @@ use pinboard_protocol::worker::control::{
     Event, Failure, Registration, Runtime, leave, lifecycle, read_reply,
 };
 use pinboard_protocol::worker::credential::Credential;
-use pinboard_protocol::worker::serve::Core;
+use pinboard_protocol::worker::serve::{Core, Status};
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -34,17 +34,6 @@ pub type Events = mpsc::UnboundedReceiver<Event>;
 pub enum StartError {
     #[error("invalid worker configuration: {0}")]
     Config(String),
-}
-
-/// The worker's standing with the registry.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Status {
-    pub session_id: Option<String>,
-    /// The lease is known to be live: renewed less than a lease TTL ago.
-    pub lease_healthy: bool,
-    pub superseded: bool,
-    /// Stopped: the registry refused the credential past the lease.
-    pub unauthorized: bool,
 }
 
 /// A running worker. [`shutdown`](Worker::shutdown) stops it gracefully; dropping it stops
@@ -113,14 +102,9 @@ impl Worker {
         &self.core.secret
     }
 
+    /// The worker's standing with the registry.
     pub fn status(&self) -> Status {
-        let state = self.core.state();
-        Status {
-            session_id: state.session.clone(),
-            lease_healthy: state.lease_healthy(Instant::now()),
-            superseded: state.superseded,
-            unauthorized: state.unauthorized,
-        }
+        self.core.status()
     }
 
     /// Stops gracefully: refuses new activations, releases every held instance, deregisters

@@ -18,8 +18,9 @@ use pinned_tower::{Config, Event, Events, Instance, Worker};
 use serde_json::{Value, json};
 use support::http::{Client, Reply, get as http_get, post_json};
 use support::layout::end_cold_start;
-use support::node::{Node, credential, eventually, token};
+use support::node::{Node, eventually, token};
 use support::redis::RedisServer;
+use support::tokens::{expiring_worker_token, replace_token};
 
 const LEASE: Duration = Duration::from_millis(2000);
 const ACCOUNT: &str = "acct-1";
@@ -253,25 +254,14 @@ fn a_rotated_token_file_keeps_it_registered_and_an_expired_one_stops_it() {
     // Long enough for the node and the worker to start on a loaded machine.
     let valid = Duration::from_secs(8);
     let expires = Instant::now() + valid;
-    let now = pinboard_protocol::worker::mint::now();
-    // Refused by the node from `valid` on: its `exp` plus the node's 30 s of leeway.
-    let short = credential(&json!({
-        "sub": ACCOUNT, "iat": now - 60, "exp": now + valid.as_secs() - 30,
-        "scope": "pinboard:worker",
-        "pinboard": { "namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1", "localhost"] },
-    }));
-    let write = |token: &str| {
-        let aside = file.with_extension("next");
-        std::fs::write(&aside, format!("{token}\n")).unwrap();
-        std::fs::rename(&aside, &file).unwrap();
-    };
-    write(&short);
+    let short = expiring_worker_token(ACCOUNT, valid);
+    replace_token(&file, &short);
     let mut fleet = Fleet::start(|c| {
         c.token.clear();
         c.token_file = Some(file.clone());
     });
     let session = fleet.session();
-    write(&token(ACCOUNT, &["pinboard:worker"], &["*"]));
+    replace_token(&file, &token(ACCOUNT, &["pinboard:worker"], &["*"]));
     std::thread::sleep(expires.saturating_duration_since(Instant::now()) + 3 * LEASE);
     // The first token is refused by now; the worker heartbeats on with the one it read again.
     assert_eq!(fleet.heartbeat(&session, &short).status, 401);
@@ -282,12 +272,7 @@ fn a_rotated_token_file_keeps_it_registered_and_an_expired_one_stops_it() {
 
     // Now a token that expires and is never replaced: the worker stops and says so.
     let valid = Duration::from_secs(3);
-    let now = pinboard_protocol::worker::mint::now();
-    write(&credential(&json!({
-        "sub": ACCOUNT, "iat": now - 60, "exp": now + valid.as_secs() - 30,
-        "scope": "pinboard:worker",
-        "pinboard": { "namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1", "localhost"] },
-    })));
+    replace_token(&file, &expiring_worker_token(ACCOUNT, valid));
     let mut seen = Vec::new();
     let stopped = eventually(valid + 10 * LEASE, || {
         seen.extend(fleet.events());

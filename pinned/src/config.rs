@@ -2,7 +2,6 @@
 //! could never register (a malformed namespace or URL) fails at once instead of retrying
 //! forever.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,6 +9,7 @@ use std::time::Duration;
 
 use pinboard_http::{DriverKind, WorkerAddr};
 
+pub use pinboard_protocol::worker::control::Registration;
 use pinboard_protocol::worker::control::check_identity;
 
 use crate::durable::DurabilityStore;
@@ -36,14 +36,6 @@ pub struct Config {
     /// (a Kubernetes projected token, a Vault agent's sink) is used without a restart. While
     /// it cannot be read the token last read is kept. Set either this or `token`, not both.
     pub token_file: Option<PathBuf>,
-    /// Stop when the registry refuses the credential (401 or 403) and the worker cannot
-    /// recover within its lease: the heartbeats still refused once the lease lapsed, or the
-    /// registrations refused for a whole lease. The worker then stops heartbeating, drops what
-    /// it held, refuses instance requests and tells the application
-    /// ([`Event::Unauthorized`](crate::Event::Unauthorized)), which typically exits non-zero so
-    /// that a supervisor notices. Default true; false keeps retrying (with the same session)
-    /// until the credential works again.
-    pub stop_when_unauthorized: bool,
     pub client_id: String,
     /// Namespaces to register, each `/` plus one path segment.
     pub namespaces: Vec<String>,
@@ -63,12 +55,10 @@ pub struct Config {
     /// Capacity announced at registration and on every heartbeat; see
     /// [`Handle::set_headroom`](crate::Handle::set_headroom).
     pub headroom: u64,
-    /// Hostname-aware mode: these five are sent only when set.
-    pub hostname: Option<String>,
-    pub env: Option<String>,
-    pub envs: BTreeMap<String, String>,
-    pub takeover: Option<Takeover>,
-    pub epoch: Option<u64>,
+    /// Hostname-aware mode's fields (each sent only when set), and whether to stop when the
+    /// registry refuses the credential past the lease (default true; see
+    /// [`Registration::stop_when_unauthorized`]).
+    pub registration: Registration,
     /// Event-loop threads serving the listener (each with its own `SO_REUSEPORT` socket).
     pub threads: usize,
     /// `Auto`: io_uring, or epoll where the kernel does not offer it.
@@ -105,7 +95,6 @@ impl Config {
             registry_ca_file: None,
             token: token.to_owned(),
             token_file: None,
-            stop_when_unauthorized: true,
             client_id: client_id.to_owned(),
             namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -113,11 +102,7 @@ impl Config {
             tls_cert_file: None,
             tls_key_file: None,
             headroom: 100,
-            hostname: None,
-            env: None,
-            envs: BTreeMap::new(),
-            takeover: None,
-            epoch: None,
+            registration: Registration::default(),
             threads: 1,
             driver: DriverKind::Auto,
             call_timeout: Duration::from_secs(10),
@@ -136,7 +121,7 @@ impl Config {
                 self.registry
             )
         })?;
-        check_identity(&self.client_id, &self.namespaces, &self.envs)?;
+        check_identity(&self.client_id, &self.namespaces, &self.registration.envs)?;
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             return Err("tls_cert_file and tls_key_file are set together or not at all".into());
         }
@@ -212,7 +197,7 @@ mod tests {
             (|c| c.namespaces = vec!["/a/b".into()], "namespace \"/a/b\""),
             (|c| c.namespaces.clear(), "no namespaces"),
             (
-                |c| drop(c.envs.insert("/docs".into(), "e".into())),
+                |c| drop(c.registration.envs.insert("/docs".into(), "e".into())),
                 "envs names /docs",
             ),
             (

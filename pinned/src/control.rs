@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use local_sync::mpsc::unbounded::{Rx, Tx, channel};
 use pinboard_http::Shutdown;
-use pinboard_protocol::worker::control::{Event, Failure, Registration, Runtime, leave, lifecycle};
+use pinboard_protocol::worker::control::{Event, Failure, Runtime, leave, lifecycle};
 use serde_json::{Map, Value};
 
 use crate::app::App;
@@ -24,7 +24,7 @@ pub(crate) async fn run<A: App>(shared: Arc<Shared>, app: Arc<A>) {
     let stop = local_shutdown(&shared, |shared| &shared.stop);
     let (events, inbox) = channel();
     let delivery = monoio::spawn(deliver(app, Handle::new(shared.clone()), inbox));
-    let registration = registration(&shared);
+    let registration = shared.config.registration.clone();
     let runtime = Monoio {
         shared: shared.clone(),
         events,
@@ -38,19 +38,6 @@ pub(crate) async fn run<A: App>(shared: Arc<Shared>, app: Arc<A>) {
     // Closing the channel lets the delivery task finish the events already queued.
     drop(runtime);
     let _ = monoio::time::timeout(EVENTS_DRAIN, delivery).await;
-}
-
-/// What the configuration registers with besides the core.
-fn registration(shared: &Shared) -> Registration {
-    let config = &shared.config;
-    Registration {
-        hostname: config.hostname.clone(),
-        env: config.env.clone(),
-        envs: config.envs.clone(),
-        takeover: config.takeover,
-        epoch: config.epoch,
-        stop_when_unauthorized: config.stop_when_unauthorized,
-    }
 }
 
 /// Hands events to the application one at a time, in order, off the heartbeat path.

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use pinboard_protocol::registry::{ReleaseRow, ScheduleAnswer, ScheduleRow, TagAnswer, TagRequest};
 use serde_json::Value;
@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::Epoch;
 use crate::durable::DurabilityStore;
 use pinboard_protocol::worker::control::Failure;
+pub use pinboard_protocol::worker::serve::Status;
 
 use crate::Message;
 use crate::registry::{CallError, read_answer};
@@ -22,24 +23,6 @@ pub struct Held {
     pub ns: String,
     pub id: String,
     pub epoch: Epoch,
-}
-
-/// The worker's standing with the registry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub session_id: Option<String>,
-    /// The lease is known to be live: renewed less than a lease TTL ago.
-    pub lease_healthy: bool,
-    /// This worker's own draining flag.
-    pub draining: bool,
-    /// The registry's view: the own flag or an operator's drain.
-    pub registry_draining: bool,
-    pub drain_deadline: Option<Duration>,
-    pub degraded: bool,
-    pub superseded: bool,
-    /// Stopped: the registry refused the credential past the lease ([`Event::Unauthorized`](crate::Event::Unauthorized)).
-    pub unauthorized: bool,
-    pub headroom: u64,
 }
 
 /// Access to a running worker; cheap to clone and usable from any thread. The async calls
@@ -72,18 +55,7 @@ impl Handle {
     }
 
     pub fn status(&self) -> Status {
-        let state = self.shared.state();
-        Status {
-            session_id: state.session.clone(),
-            lease_healthy: state.lease_healthy(Instant::now()),
-            draining: state.draining,
-            registry_draining: state.registry_draining,
-            drain_deadline: state.drain_deadline,
-            degraded: state.degraded,
-            superseded: state.superseded,
-            unauthorized: state.unauthorized,
-            headroom: state.headroom,
-        }
+        self.shared.status()
     }
 
     /// Held instances, sorted by namespace and id.
@@ -247,6 +219,7 @@ mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
     use std::thread;
+    use std::time::Duration;
 
     use serde_json::json;
 

@@ -68,7 +68,7 @@ mod surface;
 mod worker;
 
 pub use app::{App, Event, Instance};
-pub use config::{Config, Takeover};
+pub use config::{Config, Registration, Takeover};
 pub use durable::{DurabilityStore, FileStore};
 pub use handle::{Handle, Held, Status};
 pub use pinboard_http::error::{Error, Origin};

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use pinboard::store::bucket_of;
 use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
+use support::eventually;
 use support::http::{Client, get, post_json};
 use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
-use support::{eventually, expiring_worker_token, replace_token};
+use support::tokens::{expiring_worker_token, replace_token};
 
 struct Example {
     child: Child,

@@ -21,9 +21,8 @@ use serde_json::{Value, json};
 use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
-use support::{
-    attestation, block_on, eventually, expiring_worker_token, registered, replace_token,
-};
+use support::tokens::{expiring_worker_token, replace_token};
+use support::{attestation, block_on, eventually, registered};
 
 const LEASE_MS: u64 = 2000;
 const LEASE: Duration = Duration::from_millis(LEASE_MS);
@@ -333,10 +332,10 @@ fn a_higher_epoch_registration_supersedes_this_one() {
         let env = env.to_owned();
         move |config: &mut Config| {
             config.namespaces = vec!["/threads".into()];
-            config.hostname = Some("app.example.com".into());
-            config.env = Some(env);
-            config.takeover = Some(Takeover::WindDown);
-            config.epoch = Some(epoch);
+            config.registration.hostname = Some("app.example.com".into());
+            config.registration.env = Some(env);
+            config.registration.takeover = Some(Takeover::WindDown);
+            config.registration.epoch = Some(epoch);
         }
     };
     let (old_app, new_app) = (Recorder::default(), Recorder::default());

@@ -12,3 +12,5 @@ pub mod node;
 pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
+#[path = "../../../pinned/tests/support/tokens.rs"]
+pub mod tokens;

@@ -158,7 +158,7 @@ impl Args {
         let token = self.token.as_deref().unwrap_or_default();
         let mut config = Config::new(&self.registry, token, &self.client_id, &namespaces);
         config.token_file = self.token_file;
-        config.stop_when_unauthorized = !self.retry_unauthorized;
+        config.registration.stop_when_unauthorized = !self.retry_unauthorized;
         config.listen = self.listen;
         config.advertise_url = self.advertise_url;
         config.registry_ca_file = self.registry_ca_file;
@@ -171,14 +171,14 @@ impl Args {
             "epoll" => DriverKind::Epoll,
             _ => DriverKind::Auto,
         };
-        config.hostname = self.hostname;
-        config.env = self.env;
-        config.envs = self.envs.into_iter().collect::<BTreeMap<_, _>>();
-        config.takeover = self.takeover.map(|t| match t.as_str() {
+        config.registration.hostname = self.hostname;
+        config.registration.env = self.env;
+        config.registration.envs = self.envs.into_iter().collect::<BTreeMap<_, _>>();
+        config.registration.takeover = self.takeover.map(|t| match t.as_str() {
             "deny" => Takeover::Deny,
             _ => Takeover::WindDown,
         });
-        config.epoch = self.epoch;
+        config.registration.epoch = self.epoch;
         config.expected_instances = self.expected_instances;
         if let Some(dir) = self.durable_dir {
             config.durability = Some(Arc::new(FileStore::open(dir)?));

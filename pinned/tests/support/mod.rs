@@ -7,7 +7,8 @@
 pub mod certs;
 #[path = "../../../tests/support/http.rs"]
 pub mod http;
-/// The node's Redis layout as the worker tests write it; `pinned-tower`'s tests share it.
+/// The node's Redis layout as the worker tests write it, and worker credentials that expire or
+/// rotate; `pinned-tower`'s tests share both.
 pub mod layout;
 #[path = "../../../tests/support/node.rs"]
 pub mod node;
@@ -15,6 +16,7 @@ pub mod node;
 pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
+pub mod tokens;
 
 use std::future::Future;
 use std::time::Duration;
@@ -86,23 +88,4 @@ pub fn attestation_for(
     });
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
     jsonwebtoken::encode(&header, &claims, &key).unwrap()
-}
-
-/// A worker credential of `account` (the `pinboard:worker` scope, every namespace, loopback
-/// backends) that the node refuses from `valid_for` on: its `exp` is set so that the node's
-/// 30 s of leeway (contract §2) ends then.
-pub fn expiring_worker_token(account: &str, valid_for: Duration) -> String {
-    let now = now();
-    node::credential(&serde_json::json!({
-        "sub": account, "iat": now - 60, "exp": now + valid_for.as_secs() - 30,
-        "scope": "pinboard:worker",
-        "pinboard": { "namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1", "localhost"] },
-    }))
-}
-
-/// Puts `token` in `file` as a rotating agent does: written aside, then renamed over it.
-pub fn replace_token(file: &std::path::Path, token: &str) {
-    let aside = file.with_extension("next");
-    std::fs::write(&aside, format!("{token}\n")).unwrap();
-    std::fs::rename(&aside, file).unwrap();
 }

@@ -169,15 +169,38 @@ async fn post_thrice<R: Runtime, B: Serialize + ?Sized>(
 
 /// What a worker registers with besides its [`Core`]: hostname-aware mode's fields (each sent
 /// only when set) and what to do when the credential is refused.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Registration {
+    /// Hostname-aware mode (spec "Placement"): the hostname served, its environment (or one
+    /// per namespace), the policy when another hostname's worker holds an instance, and this
+    /// registration's epoch (a higher one supersedes it).
     pub hostname: Option<String>,
     pub env: Option<String>,
     pub envs: BTreeMap<String, String>,
     pub takeover: Option<Takeover>,
     pub epoch: Option<u64>,
-    /// Stop when the registry refuses the credential (401/403) past the lease.
+    /// Stop when the registry refuses the credential (401 or 403) and the worker cannot
+    /// recover within its lease: the heartbeats still refused once the lease lapsed, or the
+    /// registrations refused for a whole lease. The worker then stops heartbeating, drops what
+    /// it held, refuses instance requests and tells the application
+    /// ([`Event::Unauthorized`]), which typically exits non-zero so that a supervisor notices.
+    /// Default true; false keeps retrying (with the same session) until the credential works
+    /// again.
     pub stop_when_unauthorized: bool,
+}
+
+impl Default for Registration {
+    /// Single mode; stopping when the credential is refused past the lease.
+    fn default() -> Registration {
+        Registration {
+            hostname: None,
+            env: None,
+            envs: BTreeMap::new(),
+            takeover: None,
+            epoch: None,
+            stop_when_unauthorized: true,
+        }
+    }
 }
 
 /// Why a worker of `client_id` registering `namespaces`, with `envs` per namespace, could

@@ -5,7 +5,7 @@
 //! own response type.
 
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::header::{ALLOW, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -35,6 +35,24 @@ pub struct Core {
     state: Mutex<State>,
     /// The instances held, and those released in the last minute.
     pub held: HeldMap,
+}
+
+/// The worker's standing with the registry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub session_id: Option<String>,
+    /// The lease is known to be live: renewed less than a lease TTL ago.
+    pub lease_healthy: bool,
+    /// This worker's own draining flag.
+    pub draining: bool,
+    /// The registry's view: the own flag or an operator's drain.
+    pub registry_draining: bool,
+    pub drain_deadline: Option<Duration>,
+    pub degraded: bool,
+    pub superseded: bool,
+    /// Stopped: the registry refused the credential past the lease ([`Event::Unauthorized`](super::control::Event::Unauthorized)).
+    pub unauthorized: bool,
+    pub headroom: u64,
 }
 
 /// The instance an admitted request is for.
@@ -181,6 +199,22 @@ impl Core {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The worker's standing with the registry, as of now.
+    pub fn status(&self) -> Status {
+        let state = self.state();
+        Status {
+            session_id: state.session.clone(),
+            lease_healthy: state.lease_healthy(Instant::now()),
+            draining: state.draining,
+            registry_draining: state.registry_draining,
+            drain_deadline: state.drain_deadline,
+            degraded: state.degraded,
+            superseded: state.superseded,
+            unauthorized: state.unauthorized,
+            headroom: state.headroom,
+        }
     }
 
     /// Decides whether a forward to `(ns, id)` at `epoch` is served, and records the
