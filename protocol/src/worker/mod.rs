@@ -10,7 +10,7 @@
 //!   generic over the runtime that sleeps and sends;
 //! - [`credential`]: the Passport credential, a token or a token file read again when it
 //!   changed;
-//! - [`mint`] (feature `mint`): attestations minted for tests.
+//! - `mint` (feature `mint`): attestations minted as Pinboard mints them, for tests.
 
 pub mod attest;
 pub mod control;
