@@ -20,9 +20,9 @@
 //! ```
 //!
 //! It prints `listening ADDR` once bound and `registered session=ID` on every (re)registration.
-//! SIGTERM or SIGINT releases what it holds, deregisters, stops serving and exits 0. Superseded,
-//! or its credential refused past its lease, it exits 1; a configuration it cannot start with
-//! exits 2.
+//! SIGTERM or SIGINT releases what it holds, deregisters, stops serving and exits 0. Superseded
+//! it exits 1, its credential refused past its lease 4 (as `pinned-example` and the Python
+//! runner); a configuration it cannot start with exits 2.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -144,9 +144,8 @@ async fn main() -> ExitCode {
                     println!("registered session={session_id}");
                 }
                 // The worker logged why; a supervisor sees the exit status.
-                Some(Event::Superseded { .. } | Event::Unauthorized { .. }) => {
-                    break ExitCode::from(1);
-                }
+                Some(Event::Superseded { .. }) => break ExitCode::from(1),
+                Some(Event::CredentialRefused { .. }) => break ExitCode::from(4),
                 Some(_) => {}
                 None => break ExitCode::from(1),
             },

@@ -29,9 +29,9 @@ pub struct Config {
     pub headroom: u64,
     /// Hostname-aware mode's fields (each sent only when set), and whether to stop when the
     /// registry refuses the credential (401/403) past the lease (default true: the
-    /// application is told, [`Event::Unauthorized`], and should exit non-zero).
+    /// application is told, [`Event::CredentialRefused`], and should exit non-zero).
     ///
-    /// [`Event::Unauthorized`]: crate::Event::Unauthorized
+    /// [`Event::CredentialRefused`]: crate::Event::CredentialRefused
     pub registration: Registration,
     /// Deadline of each registry call. Registration includes Pinboard's probe of the service.
     pub call_timeout: Duration,

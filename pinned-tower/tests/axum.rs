@@ -267,7 +267,7 @@ fn a_rotated_token_file_keeps_it_registered_and_an_expired_one_stops_it() {
     assert_eq!(fleet.heartbeat(&session, &short).status, 401);
     let renewed = eventually(3 * LEASE, || fleet.worker().status().lease_healthy);
     let status = fleet.worker().status();
-    assert!(renewed && !status.unauthorized, "{status:?}");
+    assert!(renewed && !status.credential_refused, "{status:?}");
     assert_eq!(status.session_id.as_deref(), Some(session.as_str()));
 
     // Now a token that expires and is never replaced: the worker stops and says so.
@@ -277,11 +277,14 @@ fn a_rotated_token_file_keeps_it_registered_and_an_expired_one_stops_it() {
     let stopped = eventually(valid + 10 * LEASE, || {
         seen.extend(fleet.events());
         seen.iter()
-            .any(|e| matches!(e, Event::Unauthorized { status: 401, .. }))
+            .any(|e| matches!(e, Event::CredentialRefused { status: 401, .. }))
     });
     assert!(stopped, "{seen:?}\n{}", fleet.node.log());
     let status = fleet.worker().status();
-    assert!(status.unauthorized && !status.lease_healthy, "{status:?}");
+    assert!(
+        status.credential_refused && !status.lease_healthy,
+        "{status:?}"
+    );
     let refused = fleet.attested("/threads/n", "/threads/n", "1", fleet.worker().secret());
     assert_eq!(refused.status, 503);
 }

@@ -1,6 +1,6 @@
 //! The axum example (`examples/axum.rs`, built by `cargo test` beside the tests) against a real
 //! `pinboard serve` and redis-server: it counts per instance through the node and on SIGTERM
-//! releases, deregisters and exits 0; with a token file that expires unreplaced it exits 1,
+//! releases, deregisters and exits 0; with a token file that expires unreplaced it exits 4,
 //! saying why.
 //!
 //! Needs the `pinboard` binary (`cargo build -p pinboard`; see `tests/support/node.rs`).
@@ -142,7 +142,7 @@ fn counts_through_the_node_and_deregisters_on_sigterm() {
 }
 
 #[test]
-fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
+fn a_token_file_that_expires_unreplaced_exits_4_with_the_reason() {
     let redis = RedisServer::start();
     let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
     let dir = tempfile::tempdir().unwrap();
@@ -150,7 +150,7 @@ fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
     let valid = Duration::from_secs(6);
     replace_token(&file, &expiring_worker_token("acct-1", valid));
     let mut example = Example::start(&node, &[("PINNED_TOKEN_FILE", file.to_str().unwrap())]);
-    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(1));
+    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(4));
     let log = example.output.log();
     assert!(
         log.contains("the registry refused this worker's credential for longer than its lease")

@@ -57,7 +57,7 @@ pub struct Config {
     pub headroom: u64,
     /// Hostname-aware mode's fields (each sent only when set), and whether to stop when the
     /// registry refuses the credential past the lease (default true; see
-    /// [`Registration::stop_when_unauthorized`]).
+    /// [`Registration::stop_on_refused_credential`]).
     pub registration: Registration,
     /// Event-loop threads serving the listener (each with its own `SO_REUSEPORT` socket).
     pub threads: usize,

@@ -439,7 +439,7 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
 }
 
 #[test]
-fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
+fn a_token_file_that_expires_unreplaced_exits_4_with_the_reason() {
     let redis = RedisServer::start();
     let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
     let dir = tempfile::tempdir().unwrap();
@@ -450,7 +450,7 @@ fn a_token_file_that_expires_unreplaced_exits_1_with_the_reason() {
     let mut example = Example::launch(&node, "example-1", &[], &[("PINNED_TOKEN_FILE", path)]);
     assert_eq!(heartbeat_status(&node, &example.session), 200);
 
-    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(1));
+    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(4));
     let log = example.log().join("\n");
     assert!(
         log.contains("the registry refused this worker's credential for longer than its lease")

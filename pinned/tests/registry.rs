@@ -490,14 +490,14 @@ fn a_replaced_token_file_keeps_the_worker_registered_past_the_first_tokens_expir
     // The worker heartbeats with the token it read again: the same session, a live lease.
     let renewed = eventually(3 * LEASE, || handle.status().lease_healthy);
     let status = handle.status();
-    assert!(renewed && !status.unauthorized, "{status:?}");
+    assert!(renewed && !status.credential_refused, "{status:?}");
     assert_eq!(status.session_id.as_deref(), Some(session.as_str()));
     assert_eq!(forward(handle, "/threads/a", "1").status, 200);
     assert_eq!(registrations(&app.events()).len(), 1, "{:?}", app.events());
     assert!(
         !app.events()
             .iter()
-            .any(|e| matches!(e, Event::Unauthorized { .. }))
+            .any(|e| matches!(e, Event::CredentialRefused { .. }))
     );
     worker.shutdown();
 }
@@ -514,7 +514,7 @@ fn a_token_that_expires_unreplaced_stops_the_worker() {
     let stopped = || {
         app.events()
             .iter()
-            .any(|e| matches!(e, Event::Unauthorized { status: 401, .. }))
+            .any(|e| matches!(e, Event::CredentialRefused { status: 401, .. }))
     };
     assert!(
         eventually(FIRST_TOKEN + 10 * LEASE, stopped),
@@ -523,7 +523,10 @@ fn a_token_that_expires_unreplaced_stops_the_worker() {
         fleet.node.log()
     );
     let status = handle.status();
-    assert!(status.unauthorized && !status.lease_healthy, "{status:?}");
+    assert!(
+        status.credential_refused && !status.lease_healthy,
+        "{status:?}"
+    );
     // What it held is dropped (its epoch now stale here) and nothing new is taken.
     assert!(handle.held().is_empty());
     assert_eq!(forward(handle, "/threads/a", "1").status, 409);

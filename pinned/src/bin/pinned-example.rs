@@ -29,9 +29,10 @@
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
-//! and exits 1; so it does when the registry refused its credential past its lease (an
-//! expired token never replaced: give `--token-file` to rotate it without a restart) unless
-//! `--retry-unauthorized`. A configuration it cannot start with exits 2.
+//! and exits 1; when the registry refused its credential past its lease (an expired token
+//! never replaced: give `--token-file` to rotate it without a restart), it exits 4 (as the
+//! Python runner does), unless `--retry-refused-credential`. A configuration it cannot start
+//! with exits 2.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -84,9 +85,9 @@ struct Args {
     #[arg(long, env = "PINNED_TOKEN_FILE")]
     token_file: Option<PathBuf>,
     /// Keep retrying when the registry refuses the credential past the lease, rather than
-    /// stop and exit 1.
-    #[arg(long, env = "PINNED_RETRY_UNAUTHORIZED")]
-    retry_unauthorized: bool,
+    /// stop and exit 4.
+    #[arg(long, env = "PINNED_RETRY_REFUSED_CREDENTIAL")]
+    retry_refused_credential: bool,
     #[arg(long, env = "PINNED_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Comma-separated namespaces, each `/segment`.
@@ -158,7 +159,7 @@ impl Args {
         let token = self.token.as_deref().unwrap_or_default();
         let mut config = Config::new(&self.registry, token, &self.client_id, &namespaces);
         config.token_file = self.token_file;
-        config.registration.stop_when_unauthorized = !self.retry_unauthorized;
+        config.registration.stop_on_refused_credential = !self.retry_refused_credential;
         config.listen = self.listen;
         config.advertise_url = self.advertise_url;
         config.registry_ca_file = self.registry_ca_file;
@@ -190,8 +191,10 @@ impl Args {
 /// Why `main` stops the worker.
 enum Stop {
     Signal,
-    /// Superseded, or the credential refused past the lease: the registry is done with it.
-    Dismissed,
+    /// A higher-epoch registration displaced it.
+    Superseded,
+    /// The registry refused its credential past the lease.
+    CredentialRefused,
 }
 
 /// Shards of the counters: as the library splits its held instances (`src/held.rs`), so that
@@ -455,11 +458,11 @@ impl App for Counters {
             Event::Drain { draining, deadline } => info!(draining, ?deadline, "drain"),
             Event::Superseded { error } => {
                 warn!(%error, "superseded; shutting down");
-                let _ = self.stop.send(Stop::Dismissed);
+                let _ = self.stop.send(Stop::Superseded);
             }
             // The library logged why; a supervisor sees the exit status.
-            Event::Unauthorized { .. } => {
-                let _ = self.stop.send(Stop::Dismissed);
+            Event::CredentialRefused { .. } => {
+                let _ = self.stop.send(Stop::CredentialRefused);
             }
         }
     }
@@ -519,7 +522,9 @@ fn main() -> ExitCode {
     worker.shutdown();
     match why {
         Stop::Signal => ExitCode::SUCCESS,
-        Stop::Dismissed => ExitCode::from(1),
+        Stop::Superseded => ExitCode::from(1),
+        // As the Python runner's EXIT_CREDENTIAL_REFUSED.
+        Stop::CredentialRefused => ExitCode::from(4),
     }
 }
 

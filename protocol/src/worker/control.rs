@@ -183,10 +183,10 @@ pub struct Registration {
     /// recover within its lease: the heartbeats still refused once the lease lapsed, or the
     /// registrations refused for a whole lease. The worker then stops heartbeating, drops what
     /// it held, refuses instance requests and tells the application
-    /// ([`Event::Unauthorized`]), which typically exits non-zero so that a supervisor notices.
+    /// ([`Event::CredentialRefused`]), which typically exits non-zero so that a supervisor notices.
     /// Default true; false keeps retrying (with the same session) until the credential works
     /// again.
-    pub stop_when_unauthorized: bool,
+    pub stop_on_refused_credential: bool,
 }
 
 impl Default for Registration {
@@ -198,7 +198,7 @@ impl Default for Registration {
             envs: BTreeMap::new(),
             takeover: None,
             epoch: None,
-            stop_when_unauthorized: true,
+            stop_on_refused_credential: true,
         }
     }
 }
@@ -261,11 +261,11 @@ pub enum Event {
     /// comes next, typically shutting down.
     Superseded { error: String },
     /// The registry refused the worker's credential (`status` 401 or 403) and it could not
-    /// recover within its lease (`stop_when_unauthorized`): the token expired or was revoked,
+    /// recover within its lease (`stop_on_refused_credential`): the token expired or was revoked,
     /// and no fresh one came (through a token file) in time. The worker stopped heartbeating,
     /// dropped what it held (the registry counts it dead) and refuses every instance request;
     /// the application should stop, and exit non-zero so that a supervisor sees it.
-    Unauthorized { status: u16, error: String },
+    CredentialRefused { status: u16, error: String },
 }
 
 /// Runs the registry protocol until the stop: registers, heartbeats, registers again, and
@@ -302,8 +302,8 @@ enum Ended {
     /// The registry lost this session: register again, naming it.
     Reregister(String),
     Superseded,
-    /// The credential was refused past what the lease allows (`stop_when_unauthorized`).
-    Unauthorized {
+    /// The credential was refused past what the lease allows (`stop_on_refused_credential`).
+    CredentialRefused {
         status: u16,
         error: String,
     },
@@ -336,8 +336,8 @@ impl<R: Runtime> Control<'_, R> {
                     self.runtime.stopped().await;
                     return;
                 }
-                Ended::Unauthorized { status, error } => {
-                    self.unauthorized(status, error);
+                Ended::CredentialRefused { status, error } => {
+                    self.credential_refused(status, error);
                     self.runtime.stopped().await;
                     return;
                 }
@@ -347,7 +347,7 @@ impl<R: Runtime> Control<'_, R> {
 
     /// Stops serving for good: the registry refused the credential past the lease, so it
     /// counts this worker dead and may place what it held elsewhere.
-    fn unauthorized(&mut self, status: u16, error: String) {
+    fn credential_refused(&mut self, status: u16, error: String) {
         error!(
             status,
             %error,
@@ -357,12 +357,12 @@ impl<R: Runtime> Control<'_, R> {
         );
         {
             let mut state = self.core.state();
-            state.unauthorized = true;
+            state.credential_refused = true;
             state.lease_until = None;
         }
         // The gate closed first, as for a supersession.
         self.core.held.forget_all(Instant::now());
-        self.emit(Event::Unauthorized { status, error });
+        self.emit(Event::CredentialRefused { status, error });
     }
 
     /// Registers until it works: the lease TTL; or how it ended first (stopped, or refused
@@ -391,10 +391,10 @@ impl<R: Runtime> Control<'_, R> {
                 Err(e) => {
                     if let Some((status, error)) = refused_credential(&e) {
                         let since = *refused_since.get_or_insert(sent);
-                        if self.registration.stop_when_unauthorized
+                        if self.registration.stop_on_refused_credential
                             && sent.duration_since(since) >= self.lease
                         {
-                            return Err(Ended::Unauthorized { status, error });
+                            return Err(Ended::CredentialRefused { status, error });
                         }
                     } else {
                         refused_since = None;
@@ -556,10 +556,10 @@ impl<R: Runtime> Control<'_, R> {
                 // replaced meanwhile is read again on the next try.
                 Err(e) => {
                     if let Some((status, error)) = refused_credential(&e)
-                        && self.registration.stop_when_unauthorized
+                        && self.registration.stop_on_refused_credential
                         && !self.core.state().lease_healthy(Instant::now())
                     {
-                        return Ended::Unauthorized { status, error };
+                        return Ended::CredentialRefused { status, error };
                     }
                     warn!(%session, error = %e, "heartbeat failed; retrying");
                 }
@@ -635,7 +635,7 @@ impl<R: Runtime> Control<'_, R> {
             state.stopping = true;
             state.draining = true;
             // Only this thread changes either, so they still hold once the map is swept.
-            (!state.superseded && !state.unauthorized)
+            (!state.superseded && !state.credential_refused)
                 .then(|| state.session.clone())
                 .flatten()
         };

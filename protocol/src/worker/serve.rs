@@ -50,8 +50,8 @@ pub struct Status {
     pub drain_deadline: Option<Duration>,
     pub degraded: bool,
     pub superseded: bool,
-    /// Stopped: the registry refused the credential past the lease ([`Event::Unauthorized`](super::control::Event::Unauthorized)).
-    pub unauthorized: bool,
+    /// Stopped: the registry refused the credential past the lease ([`Event::CredentialRefused`](super::control::Event::CredentialRefused)).
+    pub credential_refused: bool,
     pub headroom: u64,
 }
 
@@ -212,7 +212,7 @@ impl Core {
             drain_deadline: state.drain_deadline,
             degraded: state.degraded,
             superseded: state.superseded,
-            unauthorized: state.unauthorized,
+            credential_refused: state.credential_refused,
             headroom: state.headroom,
         }
     }

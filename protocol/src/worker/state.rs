@@ -60,7 +60,7 @@ pub struct State {
     pub degraded: bool,
     pub superseded: bool,
     /// The registry refused the credential past the lease: the worker stopped.
-    pub unauthorized: bool,
+    pub credential_refused: bool,
     /// Set when a graceful stop begins: no new activations from then on.
     pub stopping: bool,
     pub messages: VecDeque<Message>,
@@ -78,7 +78,7 @@ impl State {
             drain_deadline: None,
             degraded: false,
             superseded: false,
-            unauthorized: false,
+            credential_refused: false,
             stopping: false,
             messages: VecDeque::new(),
         }
