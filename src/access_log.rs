@@ -227,6 +227,12 @@ impl AccessLog {
         }
     }
 
+    /// Whether this log writes what `setup` describes (a reload that kept the access log's
+    /// settings keeps its setup).
+    pub fn writes_to(&self, setup: &Arc<AccessLogSetup>) -> bool {
+        Arc::ptr_eq(&self.setup, setup)
+    }
+
     /// Writes out the buffered lines (reopening the target first after a `SIGUSR1`).
     pub fn flush(&self) {
         let mut buf = self.buf.borrow_mut();
@@ -252,6 +258,14 @@ impl AccessLog {
             tracing::warn!(target = ?self.setup.target, error = %e, "access log: write failed; lines dropped");
         }
         buf.clear();
+    }
+}
+
+/// A log replaced by a reload writes out its last lines when the last request holding it is
+/// done.
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -5,7 +5,7 @@
 //! shares with the workers; [`error`] is that crate's), [`redis`] (the per-core pipelined
 //! client), [`store`] (the Redis layout: keys, records, scripts), [`answers`] (every answer the
 //! node writes itself), [`node`] (the per-node and per-core state, with [`upstream`], [`limits`] and
-//! [`metrics`] counters), the route modules on it ([`placement`], [`proxy`], [`registry`],
+//! [`metrics`] counters; [`settings`], what a reload replaces), the route modules on it ([`placement`], [`proxy`], [`registry`],
 //! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
 //! loops, the process lifecycle) driving it all; [`logs`] is how the node's log lines look.
 
@@ -30,6 +30,7 @@ pub mod redis;
 pub mod registry;
 pub mod routes;
 pub mod runtime;
+pub mod settings;
 pub mod store;
 pub mod sweeper;
 pub mod text;

@@ -1,4 +1,5 @@
-//! The node's log: `tracing` events to stderr, filtered by `PINBOARD_LOG` (`info` by default),
+//! The node's log: `tracing` events to stderr, filtered by `log_level` (`PINBOARD_LOG` wins,
+//! a reload replaces it),
 //! as text or JSON lines (`log_format`), every line naming the node (`node_id`) whichever thread
 //! wrote it (a core, the signal thread, startup): a text line ends with ` node_id=…`, a JSON
 //! line carries a top-level `"node_id"` member.
@@ -9,8 +10,10 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::OnceLock;
 
 use tracing::{Event, Subscriber};
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::fmt::format::{DefaultFields, Format, Json, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
@@ -18,33 +21,64 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::LogFormat;
 
-/// Starts the log; once per process, as soon as the configuration is known.
-pub fn init(format: LogFormat, node_id: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter_of(
-        std::env::var("PINBOARD_LOG").ok().as_deref(),
-    ))
-    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_of(None)));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+/// Starts the log; once per process, as soon as the configuration is known. `level`: the
+/// configuration's `log_level`, unless `PINBOARD_LOG` is set.
+pub fn init(format: LogFormat, level: &str, node_id: &str) {
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
+    // The filter goes last: its reload handle names the formatter.
     match format {
-        LogFormat::Json => builder
-            .json()
-            .event_format(JsonWithNode::new(node_id))
-            .init(),
+        LogFormat::Json => {
+            let builder = (builder.json().event_format(JsonWithNode::new(node_id)))
+                .with_env_filter(filter(level))
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            keep_reload(move |filter| handle.reload(filter).map_err(|e| e.to_string()));
+            builder.init();
+        }
         // Colour only on a terminal: a log file or a collector gets plain text.
-        LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .fmt_fields(NodeFields::new(node_id))
-            .init(),
+        LogFormat::Text => {
+            let builder = builder
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .fmt_fields(NodeFields::new(node_id))
+                .with_env_filter(filter(level))
+                .with_filter_reloading();
+            let handle = builder.reload_handle();
+            keep_reload(move |filter| handle.reload(filter).map_err(|e| e.to_string()));
+            builder.init();
+        }
     }
 }
 
-/// The filter `PINBOARD_LOG` asks for (`info` unset), with rustls at ERROR unless it names
-/// rustls itself: rustls logs at WARN what a client sends at will (an illegal SNI, say), once
-/// per handshake, as often as any client cares to send one.
-fn filter_of(asked: Option<&str>) -> String {
-    let asked = asked.unwrap_or("info");
+/// Replaces the filter with `level` (a reload's `log_level`; `PINBOARD_LOG` still wins).
+pub fn set_level(level: &str) -> Result<(), String> {
+    match RELOAD.get() {
+        Some(reload) => reload(filter(level)),
+        None => Err("the log has not started".into()),
+    }
+}
+
+type Reload = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+
+/// How the filter is replaced: the handle's type names the formatter, so it is kept boxed.
+static RELOAD: OnceLock<Reload> = OnceLock::new();
+
+fn keep_reload(reload: impl Fn(EnvFilter) -> Result<(), String> + Send + Sync + 'static) {
+    let _ = RELOAD.set(Box::new(reload));
+}
+
+/// The filter for `level`, or `PINBOARD_LOG` when it is set (not empty).
+fn filter(level: &str) -> EnvFilter {
+    let asked = std::env::var("PINBOARD_LOG")
+        .ok()
+        .filter(|asked| !asked.is_empty());
+    EnvFilter::try_new(filter_of(asked.as_deref().unwrap_or(level)))
+        .unwrap_or_else(|_| EnvFilter::new(filter_of("info")))
+}
+
+/// The filter asked for, with rustls at ERROR unless it names rustls itself: rustls logs at
+/// WARN what a client sends at will (an illegal SNI, say), once per handshake, as often as any
+/// client cares to send one.
+fn filter_of(asked: &str) -> String {
     if asked.contains("rustls") {
         asked.to_owned()
     } else {
@@ -148,9 +182,9 @@ mod tests {
 
     #[test]
     fn rustls_stays_at_error_unless_named() {
-        assert_eq!(filter_of(None), "info,rustls=error");
-        assert_eq!(filter_of(Some("debug")), "debug,rustls=error");
-        assert_eq!(filter_of(Some("info,rustls=debug")), "info,rustls=debug");
+        assert_eq!(filter_of("info"), "info,rustls=error");
+        assert_eq!(filter_of("debug"), "debug,rustls=error");
+        assert_eq!(filter_of("info,rustls=debug"), "info,rustls=debug");
     }
 
     #[test]

@@ -1,17 +1,19 @@
-//! The `pinboard` binary: `serve`, `check-config` and `token`.
+//! The `pinboard` binary: `serve`, `check-config` and `token`, and the shell completions and
+//! man page generated from this command line's definition.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 use pinboard::config::Config;
 use pinboard::http::tls::{TlsFailure, tls_failure};
 use pinboard::node::{NodeTls, Shared};
-use pinboard::passport::{self, Passport, TokenRequest};
+use pinboard::passport::{self, TokenRequest};
 use pinboard::redis::LoginError;
+use pinboard::settings::Settings;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -46,13 +48,29 @@ enum Command {
     },
     /// Mint an HS256 Passport credential for development.
     Token(Box<TokenArgs>),
+    /// Print the shell completion script for SHELL on stdout.
+    Completions {
+        /// The shell: bash, zsh or fish (elvish and powershell too).
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout, or write one page per subcommand into a directory.
+    Man {
+        /// Write pinboard.1 and pinboard-SUBCOMMAND.1 into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
 struct TokenArgs {
-    /// The HS256 secret the node is configured with (passport.hs256_secret).
+    /// The HS256 secret the node is configured with (passport.hs256_secret). On the command
+    /// line every user sees it in `ps` and the shell keeps it in its history: prefer
+    /// --secret-file or the PINBOARD_TOKEN_SECRET environment variable (exactly one of the three).
     #[arg(long)]
-    secret: String,
+    secret: Option<String>,
+    /// A file holding the HS256 secret: its contents, a trailing newline trimmed.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     /// The account (`sub`).
     #[arg(long)]
     sub: String,
@@ -88,7 +106,55 @@ struct TokenArgs {
 /// The scopes the registry knows; any other `pinboard:*` scope is a typo.
 const PINBOARD_SCOPES: [&str; 2] = ["pinboard:worker", "pinboard:operator"];
 
+/// `pinboard token`'s secret from the environment: out of `ps` and shell history. Empty is
+/// unset, as for the node's settings.
+const TOKEN_SECRET_ENV: &str = "PINBOARD_TOKEN_SECRET";
+
 impl TokenArgs {
+    /// The HS256 secret from the one place it was given: --secret, --secret-file or
+    /// PINBOARD_TOKEN_SECRET. Two places are refused rather than one silently winning.
+    fn secret(&self) -> Result<String, String> {
+        let from_env = std::env::var_os(TOKEN_SECRET_ENV).filter(|v| !v.is_empty());
+        let given: Vec<&str> = [
+            (self.secret.is_some(), "--secret"),
+            (self.secret_file.is_some(), "--secret-file"),
+            (from_env.is_some(), TOKEN_SECRET_ENV),
+        ]
+        .into_iter()
+        .filter_map(|(given, source)| given.then_some(source))
+        .collect();
+        if given.len() > 1 {
+            return Err(format!(
+                "the secret was given {} ways ({}): give exactly one",
+                given.len(),
+                given.join(", ")
+            ));
+        }
+        if let Some(secret) = &self.secret {
+            return Ok(secret.clone());
+        }
+        if let Some(path) = &self.secret_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--secret-file {}: {e}", path.display()))?;
+            let secret = text.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                return Err(format!(
+                    "--secret-file {}: the file is empty",
+                    path.display()
+                ));
+            }
+            return Ok(secret.to_owned());
+        }
+        match from_env {
+            Some(value) => value
+                .into_string()
+                .map_err(|_| format!("{TOKEN_SECRET_ENV} is not UTF-8")),
+            None => Err(format!(
+                "no secret: give --secret-file FILE, {TOKEN_SECRET_ENV} or --secret"
+            )),
+        }
+    }
+
     /// Refuses what would mint a credential the node can never accept; warns about one that
     /// can do less than it looks like.
     fn check(&self, scopes: &[String]) -> Result<(), String> {
@@ -162,6 +228,39 @@ fn main() -> ExitCode {
             Err(message) => config_error(&message),
         },
         Command::Token(args) => token(*args),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man(dir.as_deref()),
+    }
+}
+
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "pinboard",
+        &mut std::io::stdout(),
+    );
+    ExitCode::SUCCESS
+}
+
+/// The man page on stdout, or one page per subcommand in `dir`.
+fn man(dir: Option<&Path>) -> ExitCode {
+    // Without clap's `help` subcommand, as generate_to makes the pages: it has no page.
+    let cli = Cli::command().disable_help_subcommand(true);
+    let written = match dir {
+        Some(dir) => {
+            clap_mangen::generate_to(cli, dir).map_err(|e| format!("{}: {e}", dir.display()))
+        }
+        None => clap_mangen::Man::new(cli)
+            .render(&mut std::io::stdout())
+            .map_err(|e| e.to_string()),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinboard man: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -171,12 +270,14 @@ fn token(args: TokenArgs) -> ExitCode {
         .iter()
         .flat_map(|s| s.split_whitespace().map(str::to_owned))
         .collect();
-    if let Err(e) = args.check(&scopes) {
-        eprintln!("pinboard token: {e}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
+    let secret = match args.check(&scopes).and_then(|()| args.secret()) {
+        Ok(secret) => secret,
+        Err(e) => {
+            eprintln!("pinboard token: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let TokenArgs {
-        secret,
         sub,
         namespaces,
         backend_hosts,
@@ -212,7 +313,7 @@ fn token(args: TokenArgs) -> ExitCode {
     }
 }
 
-/// The validated configuration and the Passport built from it, or the one-line reason why not.
+/// The validated configuration and the settings built from it, or the one-line reason why not.
 fn load(file: Option<&Path>) -> Result<Shared, String> {
     let text = match file {
         Some(path) => Some(
@@ -221,37 +322,18 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
         ),
         None => None,
     };
-    // A variable that is not UTF-8 cannot be a setting; skipping it beats the panic of vars().
-    let env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let env = pinboard::config::process_env();
     let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
     // Logging starts once its format and the node's name are known; a refused configuration
     // is one plain line.
-    pinboard::logs::init(config.log_format, &config.node_id);
+    pinboard::logs::init(config.log_format, &config.log_level, &config.node_id);
     if let Some(warning) = ignored {
         tracing::warn!("{warning}");
     }
-    let pems = config
-        .passport
-        .ed25519_public_keys
-        .iter()
-        .map(std::fs::read)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("config error: passport.ed25519_public_keys: {e}"))?;
-    let p = &config.passport;
-    let passport = Passport::new(
-        p.hs256_secret.as_deref(),
-        &pems,
-        p.issuer.as_deref(),
-        p.audience.as_deref(),
-    )
-    .map_err(|e| format!("config error: passport: {e}"))?;
     let tls = NodeTls::load(&config)?;
-    let mut shared = Shared::new(config, passport, tls);
-    shared.open_access_log()?;
-    Ok(shared)
+    let settings = Settings::build(config, None)?;
+    Ok(Shared::new(settings, tls, file.map(Path::to_path_buf)))
 }
 
 /// Connects and logs in to Redis once before any core starts: credentials or a database that

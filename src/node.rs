@@ -1,30 +1,36 @@
 //! A node's state, below the routes ([`crate::routes`]).
 //!
-//! [`Shared`] is what every core reads (configuration, Passport keys, the stop and serving
-//! flags) and is immutable once serving starts but for those flags and a few atomic counters
-//! (per-core counters, the per-worker gauges). [`Core`] is what one core owns alone:
-//! its store (Redis connection and keys) and upstream state.
+//! [`Shared`] is what every core reads (the configuration the node started with, the current
+//! [`Settings`], the stop and serving flags) and is immutable once serving starts but for those
+//! flags, the settings a reload replaces and a few atomic counters (per-core counters, the
+//! per-worker gauges). [`Core`] is what one core owns alone: its store (Redis connection and
+//! keys), upstream state, and its view of the current settings ([`Live`]).
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::access_log::{AccessLog, AccessLogSetup};
-use crate::config::{AccessLogFormat, Config};
+use crate::access_log::AccessLog;
+use crate::config::Config;
 use crate::fleet::{Standing, StandingFlag};
-use crate::http::Limits;
 use crate::http::tls::{Alpn, ClientTls, PemFile, ServerTls, TlsSetupError};
 use crate::limits::{connections::ConnectionTable, placements::PlacementRate};
 use crate::metrics::{CoreCounters, SweepCounters};
-use crate::passport::Passport;
-use crate::placement;
 use crate::redis::{Redis, RedisOptions};
+use crate::settings::{LiveSettings, Settings};
 use crate::store::{Keys, Store};
 use crate::upstream::{Upstreams, WorkerGauges};
 
 pub struct Shared {
+    /// The configuration the node started with: read the keys of
+    /// [`crate::config::RESTART_ONLY`] here, every other one through [`Core::live`] (or
+    /// [`Shared::settings`] off the cores), which a reload replaces.
     pub config: Config,
-    pub passport: Passport,
+    pub settings: LiveSettings,
+    /// The configuration file, read again by a reload.
+    pub config_file: Option<std::path::PathBuf>,
     /// One set of counters per core, each written only by its core.
     pub counters: Vec<CoreCounters>,
     /// Set by the first stop signal: cores stop accepting and `/readyz` turns 503.
@@ -45,10 +51,8 @@ pub struct Shared {
     /// The heartbeat refusals already logged ([`crate::registry::HeartbeatRefusal`]).
     pub heartbeat_refusals: crate::registry::SaidOnce,
     pub tls: NodeTls,
-    /// The access log's format and target, when it is on.
-    pub access_log: Option<Arc<AccessLogSetup>>,
-    /// Connections per client address, when `limits.max_connections_per_ip` is on.
-    pub client_connections: Option<Arc<ConnectionTable>>,
+    /// Connections per client address (`limits.max_connections_per_ip`).
+    pub client_connections: Arc<ConnectionTable>,
 }
 
 /// The node's TLS: its listener's certificate pair when it serves HTTPS, the trust its
@@ -100,15 +104,21 @@ impl NodeTls {
 }
 
 impl Shared {
-    pub fn new(config: Config, passport: Passport, tls: NodeTls) -> Shared {
-        let client_connections = ConnectionTable::new(config.limits.max_connections_per_ip);
+    pub fn new(
+        settings: Settings,
+        tls: NodeTls,
+        config_file: Option<std::path::PathBuf>,
+    ) -> Shared {
+        let config = settings.config.clone();
         Shared {
             tls,
             counters: (0..config.cores())
                 .map(|_| CoreCounters::default())
                 .collect(),
+            client_connections: ConnectionTable::new(config.limits.max_connections_per_ip),
             config,
-            passport,
+            settings: LiveSettings::new(settings),
+            config_file,
             stopping: AtomicBool::new(false),
             standing: StandingFlag::default(),
             started: Instant::now(),
@@ -116,39 +126,19 @@ impl Shared {
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
-            access_log: None,
-            client_connections,
             heartbeat_refusals: crate::registry::SaidOnce::default(),
         }
     }
 
-    /// Turns the access log on as the configuration says (`access_log`, `access_log_path`);
-    /// the error is one line naming the key whose target cannot be opened.
-    pub fn open_access_log(&mut self) -> Result<(), String> {
-        let config = &self.config;
-        if config.access_log == AccessLogFormat::Off {
-            return Ok(());
-        }
-        let path = config.access_log_path.as_deref();
-        let setup = AccessLogSetup::new(config.access_log, path).map_err(|e| match path {
-            Some(p) => format!(
-                "config error: access_log_path: cannot open {}: {e}",
-                p.display()
-            ),
-            None => format!("config error: access_log: cannot write to standard output: {e}"),
-        })?;
-        self.access_log = Some(Arc::new(setup));
-        Ok(())
+    /// The current settings, for work off the cores' request path (a core uses [`Core::live`]).
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.current()
     }
 
-    pub fn http_limits(&self) -> Limits {
-        let http = &self.config.http;
-        Limits {
-            header_timeout: Duration::from_millis(http.header_timeout_ms),
-            idle_timeout: Duration::from_millis(http.idle_timeout_ms),
-            max_header_bytes: http.max_header_bytes,
-            write_timeout: Duration::from_millis(http.write_timeout_ms),
-        }
+    /// Makes `settings` the current generation; the per-address connection limit follows.
+    pub fn replace_settings(&self, settings: Settings) {
+        (self.client_connections).set_limit(settings.config.limits.max_connections_per_ip);
+        self.settings.replace(settings);
     }
 
     /// How every Redis client of the node connects: each core's, and the startup check's.
@@ -184,11 +174,58 @@ pub struct Core {
     pub index: usize,
     pub store: Store,
     pub upstreams: Upstreams,
-    pub resolve_constants: placement::Constants,
+    /// This core's view of the current settings, and the generation it was built for.
+    live: RefCell<Rc<Live>>,
+    seen: Cell<u64>,
+}
+
+/// One core's view of one generation of [`Settings`]: the settings, and the core's own state
+/// built from them.
+pub struct Live {
+    pub settings: Arc<Settings>,
     /// This core's share of `limits.new_placements_per_ip_per_s`, when it is on.
-    pub placement_rate: Option<PlacementRate>,
+    pub placement_rate: Option<Rc<PlacementRate>>,
     /// This core's access log, when it is on.
-    pub access_log: Option<AccessLog>,
+    pub access_log: Option<Rc<AccessLog>>,
+}
+
+impl Live {
+    /// `previous`: the core's view of the generation before, whose state is kept where the
+    /// settings it was built from did not change (a placement rate's buckets, an access log's
+    /// buffer and open file).
+    fn new(settings: Arc<Settings>, previous: Option<&Live>, cores: usize) -> Live {
+        let config = &settings.config;
+        let rate = config.limits.new_placements_per_ip_per_s;
+        let placement_rate = match previous {
+            Some(previous)
+                if previous.settings.config.limits.new_placements_per_ip_per_s == rate =>
+            {
+                previous.placement_rate.clone()
+            }
+            _ => PlacementRate::new(rate, cores).map(Rc::new),
+        };
+        let access_log = match (previous, &settings.access_log) {
+            (Some(previous), Some(setup))
+                if previous
+                    .access_log
+                    .as_ref()
+                    .is_some_and(|log| log.writes_to(setup)) =>
+            {
+                previous.access_log.clone()
+            }
+            (_, setup) => (setup.clone())
+                .map(|setup| Rc::new(AccessLog::new(setup, config.node_id.as_str().into()))),
+        };
+        Live {
+            placement_rate,
+            access_log,
+            settings,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.settings.config
+    }
 }
 
 impl Core {
@@ -208,20 +245,34 @@ impl Core {
             Duration::from_millis(config.forwards.upstream_idle_timeout_ms),
             shared.workers.clone(),
         );
-        let node_id: Arc<str> = config.node_id.as_str().into();
-        let access_log = (shared.access_log.clone()).map(|setup| AccessLog::new(setup, node_id));
+        let seen = shared.settings.generation();
+        let live = Live::new(shared.settings(), None, config.cores());
         Core {
-            access_log,
-            resolve_constants: placement::Constants::new(config),
-            placement_rate: PlacementRate::new(
-                config.limits.new_placements_per_ip_per_s,
-                config.cores(),
-            ),
+            live: RefCell::new(Rc::new(live)),
+            seen: Cell::new(seen),
             shared,
             index,
             store,
             upstreams,
         }
+    }
+
+    /// The current settings as this core sees them: one relaxed look at the generation a
+    /// request, the lock taken only after a reload.
+    pub fn live(&self) -> Rc<Live> {
+        let generation = self.shared.settings.generation();
+        if generation != self.seen.get() {
+            let next = Live::new(
+                self.shared.settings(),
+                Some(&self.live.borrow()),
+                self.shared.config.cores(),
+            );
+            // The access log replaced (its lines are written out when the last request
+            // holding it is done).
+            self.live.replace(Rc::new(next));
+            self.seen.set(generation);
+        }
+        self.live.borrow().clone()
     }
 
     pub fn counters(&self) -> &CoreCounters {

@@ -234,10 +234,11 @@ impl Handler for Core {
         let took = record.started.map_or(Duration::ZERO, |at| at.elapsed());
         self.counters()
             .answered(record.kind, response.status.as_u16(), took);
-        if let Some(log) = &self.access_log {
+        let live = self.live();
+        if let Some(log) = &live.access_log {
             // The client as `trusted_proxies` says (nginx's `real_ip`): behind a load
             // balancer, the address it forwarded for.
-            let client = client_ip(req.peer.ip(), &self.shared.config.trusted_proxies, req);
+            let client = client_ip(req.peer.ip(), &live.config().trusted_proxies, req);
             log.write(&record, client, Some(req), response, sent);
         }
     }
@@ -249,7 +250,7 @@ impl Handler for Core {
         response.headers.push(request_id_header(&correlation));
         self.counters()
             .answered(RequestKind::Data, response.status.as_u16(), Duration::ZERO);
-        if let Some(log) = &self.access_log {
+        if let Some(log) = &self.live().access_log {
             let record = Record {
                 correlation: Some(correlation),
                 ..Record::default()
@@ -306,7 +307,7 @@ async fn dispatch(
         .find(|r| r.mount == Mount::Root && r.path == raw && method_matches(r, req.method()))
     {
         // Without a metrics registry the path is like any other data-plane miss.
-        if route.name == Name::Metrics && !core.shared.config.metrics {
+        if route.name == Name::Metrics && !core.live().config().metrics {
             return Ok(answers::unknown_namespace());
         }
         record.kind = route.kind();
@@ -444,9 +445,7 @@ struct Refused {
 
 /// [`authorize`], with why a refused credential is refused.
 fn credential_for(core: &Core, req: &Request<'_>, scope: &str) -> Result<Credential, Refused> {
-    let credential = core
-        .shared
-        .passport
+    let credential = (core.live().settings.passport)
         .verify_headers(&req.head.headers)
         .map_err(|e| Refused {
             answer: answers::unauthorized(),

@@ -317,10 +317,10 @@ fn node_in_process(redis: &RedisServer) -> InProcessNode {
         ("PINBOARD_SHARDS", "4".to_owned()),
     ];
     let config = pinboard::config::Config::load(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
-    let passport = pinboard::passport::Passport::new(Some(SECRET), &[], None, None).unwrap();
     let tls = pinboard::node::NodeTls::load(&config).unwrap();
     let listeners = pinboard::runtime::bind_listeners(&config).unwrap();
-    let shared = Arc::new(pinboard::node::Shared::new(config, passport, tls));
+    let settings = pinboard::settings::Settings::build(config, None).unwrap();
+    let shared = Arc::new(pinboard::node::Shared::new(settings, tls, None));
     let thread = std::thread::spawn({
         let shared = shared.clone();
         move || pinboard::runtime::serve(shared, listeners, None)

@@ -415,49 +415,137 @@ fn bad_configuration_exits_2_naming_the_key() {
     );
 }
 
+/// A credential minted with the secret from each of its sources (the flag, a file ending in a
+/// newline, the environment) is accepted by a node configured with that secret; only the
+/// newline is trimmed from a file.
 #[test]
 fn minted_tokens_are_accepted_by_the_node() {
     let redis = RedisServer::start();
     let node = Node::start(&redis.url(), &[]);
-    let out = Command::new(env!("CARGO_BIN_EXE_pinboard"))
-        .args([
-            "token",
-            "--secret",
-            support::node::SECRET,
-            "--sub",
-            "acct",
-            "--scope",
-            "pinboard:worker",
-            "--ns",
-            "*",
-            "--backend-host",
-            "127.0.0.1",
-            "--ttl",
-            "60",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let token = String::from_utf8(out.stdout).unwrap();
-    let r = get(node.addr, "/registry/x", Some(token.trim()));
+    let secret = support::node::SECRET;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let lf = file("lf", format!("{secret}\n"));
+    let crlf = file("crlf", format!("{secret}\r\n"));
+    let spaced = file("spaced", format!("{secret} \n"));
+    let mint_and_use = |source: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["token", "--sub", "acct", "--scope", "pinboard:worker"];
+        args.extend_from_slice(&["--ns", "*", "--backend-host", "127.0.0.1", "--ttl", "60"]);
+        args.extend_from_slice(source);
+        let out = pinboard(&args, env);
+        assert!(out.status.success(), "{source:?} {env:?}: {out:?}");
+        let token = String::from_utf8(out.stdout).unwrap();
+        get(node.addr, "/registry/x", Some(token.trim())).status
+    };
+    // 404: a valid worker token reaches the route (401 would be a refused credential).
+    assert_eq!(mint_and_use(&["--secret", secret], &[]), 404);
+    assert_eq!(mint_and_use(&["--secret-file", &lf], &[]), 404);
+    assert_eq!(mint_and_use(&["--secret-file", &crlf], &[]), 404);
+    assert_eq!(mint_and_use(&[], &[("PINBOARD_TOKEN_SECRET", secret)]), 404);
+    // A trailing space is part of the secret: signed with another key, refused.
+    assert_eq!(mint_and_use(&["--secret-file", &spaced], &[]), 401);
+}
+
+/// `pinboard token` takes its secret from exactly one place: none, two, or a file that gives
+/// no secret are refused (exit 2, one line, nothing on stdout); the help warns about `ps`.
+#[test]
+fn token_takes_its_secret_from_exactly_one_place() {
+    let secret = support::node::SECRET;
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let good = file("secret", secret);
+    let empty = file("empty", "");
+    let newline = file("newline", "\n");
+    let missing = dir.path().join("missing").to_str().unwrap().to_owned();
+    let a_directory = dir.path().to_str().unwrap().to_owned();
+    let in_env = [("PINBOARD_TOKEN_SECRET", secret)];
+    let refused = |source: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["token", "--sub", "ops", "--scope", "pinboard:operator"];
+        args.extend_from_slice(&["--ns", "*"]);
+        args.extend_from_slice(source);
+        let out = pinboard(&args, env);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{source:?} {env:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{source:?}: printed a token");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    let no_secret =
+        "pinboard token: no secret: give --secret-file FILE, PINBOARD_TOKEN_SECRET or --secret";
+    assert_eq!(refused(&[], &[]).trim_end(), no_secret);
+    // Empty is unset, as for the node's settings.
     assert_eq!(
-        r.status,
-        404,
-        "a valid worker token reaches the route: {}",
-        r.text()
+        refused(&[], &[("PINBOARD_TOKEN_SECRET", "")]).trim_end(),
+        no_secret
     );
+    let stderr = refused(&["--secret-file", &missing], &[]);
+    assert!(
+        stderr.starts_with(&format!("pinboard token: --secret-file {missing}: ")),
+        "{stderr}"
+    );
+    let stderr = refused(&["--secret-file", &a_directory], &[]);
+    assert!(
+        stderr.starts_with(&format!("pinboard token: --secret-file {a_directory}: ")),
+        "{stderr}"
+    );
+    for nothing in [&empty, &newline] {
+        assert_eq!(
+            refused(&["--secret-file", nothing], &[]).trim_end(),
+            format!("pinboard token: --secret-file {nothing}: the file is empty")
+        );
+    }
+    let twice =
+        |sources: &str| format!("pinboard token: the secret was given {sources}: give exactly one");
+    assert_eq!(
+        refused(&["--secret", secret, "--secret-file", &good], &[]).trim_end(),
+        twice("2 ways (--secret, --secret-file)")
+    );
+    assert_eq!(
+        refused(&["--secret-file", &good], &in_env).trim_end(),
+        twice("2 ways (--secret-file, PINBOARD_TOKEN_SECRET)")
+    );
+    assert_eq!(
+        refused(&["--secret", secret], &in_env).trim_end(),
+        twice("2 ways (--secret, PINBOARD_TOKEN_SECRET)")
+    );
+    assert_eq!(
+        refused(&["--secret", secret, "--secret-file", &good], &in_env).trim_end(),
+        twice("3 ways (--secret, --secret-file, PINBOARD_TOKEN_SECRET)")
+    );
+    // The secret never reaches an error line.
+    let stderr = refused(&["--secret", secret, "--secret-file", &good], &in_env);
+    assert!(!stderr.contains(secret), "{stderr}");
+
+    let help = String::from_utf8_lossy(&pinboard(&["token", "--help"], &[]).stdout).into_owned();
+    let secret_line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--secret <"))
+        .unwrap_or_else(|| panic!("{help}"));
+    assert!(
+        secret_line.contains("`ps`") && secret_line.contains("PINBOARD_TOKEN_SECRET"),
+        "{secret_line}"
+    );
+    assert!(help.contains("--secret-file <FILE>"), "{help}");
 }
 
 /// nginx and HAProxy operators send HUP to reload: it must not kill the node. Without TLS
-/// there is nothing to reload (tests/tls.rs covers the reload itself).
+/// it reloads the configuration (tests/reload.rs; tests/tls.rs for the certificate pair).
 #[test]
-fn sighup_without_tls_is_logged_and_ignored() {
+fn sighup_without_tls_reloads_and_keeps_serving() {
     let redis = RedisServer::start();
     let mut node = Node::start(&redis.url(), &[]);
     node.signal("HUP");
-    assert!(eventually(Duration::from_secs(5), || node.log().contains(
-        "SIGHUP: no tls.cert_file, nothing to reload; ignored"
-    )));
+    assert!(eventually(Duration::from_secs(5), || node
+        .log()
+        .contains("SIGHUP: reloaded the configuration")));
     assert_eq!(get(node.addr, "/healthz", None).status, 200);
     assert!(node.stop().success(), "a SIGTERM still stops it cleanly");
 }
@@ -536,7 +624,7 @@ fn cli_version_short_config_help_and_token_rules() {
         "{version}"
     );
     // Every flag of every subcommand says what it is for.
-    for sub in ["serve", "check-config", "token"] {
+    for sub in ["serve", "check-config", "token", "completions", "man"] {
         let help = String::from_utf8_lossy(&pinboard(&[sub, "--help"], &[]).stdout).into_owned();
         for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
             let described = line
@@ -608,7 +696,7 @@ fn logs_are_quiet_plain_and_optionally_json() {
     node.logs("sweeping: holding the sweeper lease");
     std::thread::sleep(Duration::from_millis(1500));
     node.signal("HUP");
-    node.logs("SIGHUP: no tls.cert_file");
+    node.logs("SIGHUP: reloaded the configuration");
     let log = node.log();
     assert!(!log.contains('\u{1b}'), "no ANSI codes in a file:\n{log}");
     assert!(!log.contains("WARN"), "no warning on a clean start:\n{log}");

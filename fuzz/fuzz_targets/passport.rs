@@ -34,9 +34,9 @@ struct Keys {
 }
 
 static KEYS: LazyLock<Keys> = LazyLock::new(|| Keys {
-    open: Passport::new(Some(SECRET), &[], None, None).expect("a valid passport"),
+    open: Passport::new(&[SECRET.into()], &[], None, None).expect("a valid passport"),
     strict: Passport::new(
-        Some(SECRET),
+        &[SECRET.into()],
         &[],
         Some("https://issuer.example"),
         Some("pinboard"),

@@ -1,9 +1,11 @@
 //! `docs/configuration.md` lists every setting: a key added to [`super::keys::KEYS`] without a
 //! row in the doc fails here. Each key must appear, in backticks, on one line together with its
 //! environment variable (the settings table's row). The doc may list more than the code has.
+//! Its "Reloading" section names exactly the keys only a restart changes.
 
 #[cfg(test)]
 mod tests {
+    use super::super::RESTART_ONLY;
     use super::super::env::var_name;
     use super::super::keys::KEYS;
 
@@ -27,5 +29,21 @@ mod tests {
             "docs/configuration.md has no row naming {}",
             missing.join(", ")
         );
+    }
+
+    #[test]
+    fn the_reloading_section_names_the_restart_only_keys() {
+        let section = DOC
+            .split("## Reloading")
+            .nth(1)
+            .and_then(|rest| rest.split("What only a restart changes").nth(1))
+            .and_then(|rest| rest.split("###").next())
+            .expect("docs/configuration.md has a Reloading section naming the restart-only keys");
+        let named: Vec<&str> = KEYS
+            .iter()
+            .map(|k| k.name)
+            .filter(|name| section.contains(&format!("`{name}`")))
+            .collect();
+        assert_eq!(named, RESTART_ONLY, "the doc's list of restart-only keys");
     }
 }

@@ -12,12 +12,21 @@ use super::keys::{self, KEYS, NAMESPACES};
 
 const PREFIX: &str = "PINBOARD_";
 
-/// Read by the CLI itself, not settings: the config file's path and the log filter.
-const NOT_SETTINGS: [&str; 2] = ["PINBOARD_CONFIG", "PINBOARD_LOG"];
+/// Read by the CLI itself, not settings: the config file's path, the log filter and
+/// `pinboard token`'s secret.
+const NOT_SETTINGS: [&str; 3] = ["PINBOARD_CONFIG", "PINBOARD_LOG", "PINBOARD_TOKEN_SECRET"];
 
 /// The variable that sets `key`.
 pub(super) fn var_name(key: &str) -> String {
     format!("{PREFIX}{}", key.replace('.', "__").to_ascii_uppercase())
+}
+
+/// The process environment as text: a variable that is not UTF-8 cannot be a setting, and
+/// skipping it beats the panic of `std::env::vars()`.
+pub fn process_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 /// Lays every `PINBOARD_*` variable of `env` over `table`. Returns, per key set, the variable

@@ -12,6 +12,7 @@ use ipnet::IpNet;
 use toml::{Table, Value};
 
 use super::{AccessLogFormat, Affinity, Config, ConfigError, DriverKind, LogFormat, NamespaceRule};
+use crate::passport::Retiring;
 use crate::redis::RedisTarget;
 
 /// One configuration key.
@@ -78,6 +79,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(node_id: String = text_with(node_id)),
     key!(max_connections: u64 = whole(1, 10_000_000)),
     key!(log_format: LogFormat = text_with(str::parse)),
+    key!(log_level: String = text_with(log_level)),
     key!(access_log: AccessLogFormat = text_with(str::parse)),
     key!(access_log_path: Option<PathBuf> = optional(text_with(path))),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
@@ -87,7 +89,9 @@ pub(super) const KEYS: &[Key] = &[
     key!(forwards.upgrade_protocols: Vec<String> = list(text_with(upgrade_protocol))),
     key!(forwards.keep_authorization: bool = flag),
     key!(secret passport.hs256_secret: Option<String> = optional(text_with(hs256_secret))),
-    key!(passport.ed25519_public_keys: Vec<PathBuf> = list(text_with(path))),
+    // At most 16 of each kind: a token signed by none is tried under every one.
+    key!(secret passport.hs256_secrets: Vec<Retiring<String>> = keys(retiring(hs256_secret))),
+    key!(passport.ed25519_public_keys: Vec<Retiring<PathBuf>> = keys(retiring(path))),
     key!(passport.issuer: Option<String> = optional(text_with(non_empty))),
     key!(passport.audience: Option<String> = optional(text_with(non_empty))),
     // At most 1024: each namespace is a list key every bucket call of the worker declares.
@@ -231,6 +235,106 @@ fn list<T>(
             .map(|(i, v)| item(v).map_err(|why| format!("item {}: {why}", i + 1)))
             .collect()
     }
+}
+
+/// The most keys of one kind Passport tries a token under.
+const MAX_KEYS: usize = 16;
+
+fn keys<T>(
+    item: impl Fn(&Value) -> Result<T, String>,
+) -> impl Fn(&Value) -> Result<Vec<T>, String> {
+    let list = list(item);
+    move |value| {
+        let keys = list(value)?;
+        if keys.len() > MAX_KEYS {
+            return Err(format!("at most {MAX_KEYS} keys, got {}", keys.len()));
+        }
+        Ok(keys)
+    }
+}
+
+/// A key as a string, or `{ key = "…", not_after = 2027-01-01T00:00:00Z }`: a TOML date-time
+/// with its offset (a local one names no instant), or Unix seconds.
+fn retiring<T>(
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> impl Fn(&Value) -> Result<Retiring<T>, String> {
+    move |value| match value {
+        Value::String(s) => parse(s).map(Retiring::from),
+        Value::Table(table) => {
+            if let Some(unknown) = table.keys().find(|k| *k != "key" && *k != "not_after") {
+                return Err(format!(
+                    "unknown field {unknown:?} (a key is {{ key = …, not_after = … }})"
+                ));
+            }
+            let key = match table.get("key") {
+                Some(Value::String(s)) => parse(s)?,
+                Some(other) => return Err(format!("key: expected a string, got {}", shown(other))),
+                None => return Err("key: missing".into()),
+            };
+            let not_after = table
+                .get("not_after")
+                .map(|at| unix_seconds(at).map_err(|why| format!("not_after: {why}")))
+                .transpose()?;
+            Ok(Retiring { key, not_after })
+        }
+        _ => Err(format!(
+            "expected a string or {{ key = …, not_after = … }}, got {}",
+            shown(value)
+        )),
+    }
+}
+
+/// An instant: a TOML offset date-time, or whole Unix seconds.
+fn unix_seconds(value: &Value) -> Result<u64, String> {
+    let refused = || {
+        format!(
+            "expected a date-time with its offset (2027-01-01T00:00:00Z) or Unix seconds, got {}",
+            shown(value)
+        )
+    };
+    match value {
+        Value::Integer(secs) => u64::try_from(*secs).map_err(|_| refused()),
+        Value::Datetime(at) => {
+            let (Some(date), Some(time), Some(offset)) = (at.date, at.time, at.offset) else {
+                return Err(refused());
+            };
+            let offset_minutes = match offset {
+                toml::value::Offset::Z => 0,
+                toml::value::Offset::Custom { minutes } => i64::from(minutes),
+            };
+            let days = days_from_civil(
+                i64::from(date.year),
+                u32::from(date.month),
+                u32::from(date.day),
+            );
+            let secs = days * 86_400
+                + i64::from(time.hour) * 3600
+                + i64::from(time.minute) * 60
+                + i64::from(time.second.unwrap_or(0))
+                - offset_minutes * 60;
+            u64::try_from(secs).map_err(|_| refused())
+        }
+        _ => Err(refused()),
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// A `tracing` filter, as `PINBOARD_LOG` takes it.
+fn log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("expected a log filter like info or warn,pinboard=debug: {e}"))
 }
 
 /// A listening address: an IP literal and a port, not a host name.
@@ -494,6 +598,29 @@ impl<T: Setting> Setting for Option<T> {
     }
 }
 
+impl<T: Setting> Setting for Retiring<T> {
+    fn env_value(text: &str) -> Value {
+        T::env_value(text)
+    }
+
+    /// The key alone, or `{ key, not_after }` with `not_after` in Unix seconds.
+    fn to_toml(&self) -> Option<Value> {
+        let key = self.key.to_toml()?;
+        Some(match self.not_after {
+            None => key,
+            Some(at) => {
+                let mut table = Table::new();
+                table.insert("key".into(), key);
+                table.insert(
+                    "not_after".into(),
+                    Value::Integer(i64::try_from(at).unwrap_or(i64::MAX)),
+                );
+                Value::Table(table)
+            }
+        })
+    }
+}
+
 impl<T: Setting> Setting for Vec<T> {
     /// Comma-separated (contract §5), blanks around items ignored; empty text is the empty list.
     fn env_value(text: &str) -> Value {
@@ -523,7 +650,7 @@ mod tests {
         assert!(names.contains(&"passport.hs256_secret"));
         assert!(!names.contains(&NAMESPACES));
         let secrets: Vec<&str> = KEYS.iter().filter(|k| k.secret).map(|k| k.name).collect();
-        assert_eq!(secrets, ["passport.hs256_secret"]);
+        assert_eq!(secrets, ["passport.hs256_secret", "passport.hs256_secrets"]);
     }
 
     #[test]

@@ -20,9 +20,10 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use toml::{Table, Value};
 
+use crate::passport::Retiring;
 use crate::redis::RedisTarget;
 
-pub use env::ignored as ignored_env;
+pub use env::{ignored as ignored_env, process_env};
 /// The event-loop I/O driver: `pinboard-http`'s, shared with the workers.
 pub use pinboard_http::DriverKind;
 
@@ -105,6 +106,9 @@ pub struct Config {
     /// How log lines are written to stderr: `text` (default; coloured only on a terminal) or
     /// `json` (one JSON object a line, for log shippers).
     pub log_format: LogFormat,
+    /// Which log lines are written: a `tracing` filter (`info`, `warn`,
+    /// `info,pinboard::proxy=debug`). Default `info`. `PINBOARD_LOG`, when set, wins over it.
+    pub log_level: String,
     /// The access log: `off` (default), `text` or `json`, one line per request.
     pub access_log: AccessLogFormat,
     /// Where the access log goes: unset, standard output; set, this file (appended to, and
@@ -251,11 +255,17 @@ pub struct Forwards {
 /// Keys that verify Passport credentials (contract §2).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassportConfig {
-    /// Shared secret for HS256 credentials. Unset by default; when set, non-empty.
+    /// Shared secret for HS256 credentials. Unset by default; when set, at least 32 bytes.
     pub hs256_secret: Option<String>,
-    /// PEM files of Ed25519 public keys for EdDSA credentials. Each must be a readable file;
-    /// relative paths are taken from the working directory. Default empty.
-    pub ed25519_public_keys: Vec<PathBuf>,
+    /// More HS256 secrets, any of which verifies (with `hs256_secret`): a secret is rotated by
+    /// adding the new one, then removing the old. Each is a string or
+    /// `{ key = "…", not_after = 2027-01-01T00:00:00Z }` (past `not_after` it verifies nothing).
+    /// Default empty.
+    pub hs256_secrets: Vec<Retiring<String>>,
+    /// PEM files of Ed25519 public keys for EdDSA credentials, each a path or
+    /// `{ key = "path", not_after = … }`. Each must be a readable file; relative paths are taken
+    /// from the working directory. Default empty.
+    pub ed25519_public_keys: Vec<Retiring<PathBuf>>,
     /// When set (non-empty), a credential's `iss` must equal it.
     pub issuer: Option<String>,
     /// When set (non-empty), a credential's `aud` must equal (or contain) it.
@@ -357,6 +367,7 @@ impl Default for Config {
             namespaces: BTreeMap::new(),
             max_connections: 16_384,
             log_format: LogFormat::Text,
+            log_level: "info".into(),
             access_log: AccessLogFormat::Off,
             access_log_path: None,
             registry: RegistryLimits {
@@ -413,6 +424,16 @@ impl Config {
         file: Option<(&Path, &str)>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
+        Config::from_sources(file, env, None)
+    }
+
+    /// [`Config::load`]; `node_id`: the name when neither the file nor the environment sets
+    /// one (else [`default_node_id`]).
+    fn from_sources(
+        file: Option<(&Path, &str)>,
+        env: impl IntoIterator<Item = (String, String)>,
+        node_id: Option<&str>,
+    ) -> Result<Config, ConfigError> {
         let mut table = match file {
             Some((path, text)) => parse_file(path, text)?,
             None => Table::new(),
@@ -424,7 +445,7 @@ impl Config {
         let mut config = Config::default();
         keys::apply(&mut config, &table).map_err(|e| origins.annotate(e))?;
         if !table.contains_key("node_id") {
-            config.node_id = default_node_id(config.listen);
+            config.node_id = node_id.map_or_else(|| default_node_id(config.listen), str::to_owned);
         }
         config.require_passport_key()?;
         config
@@ -434,7 +455,35 @@ impl Config {
         Ok(config)
     }
 
-    /// The effective configuration as TOML text, with `passport.hs256_secret` and the Redis
+    /// The configuration a reload reads (the file as it is now, the process environment)
+    /// for a node running with `running`: every key of [`RESTART_ONLY`] keeps its running
+    /// value, and is named in the second list when the file asks for another. Refused as
+    /// [`Config::load`] refuses.
+    pub fn reload(
+        file: Option<(&Path, &str)>,
+        env: impl IntoIterator<Item = (String, String)>,
+        running: &Config,
+    ) -> Result<(Config, Vec<&'static str>), ConfigError> {
+        // A node_id left unset is the running one (a random default would be drawn again).
+        let mut config = Config::from_sources(file, env, Some(&running.node_id))?;
+        let kept = keep_running(&mut config, running);
+        Ok((config, kept))
+    }
+
+    /// The keys (and `namespaces`) whose value differs in `other`.
+    pub fn differences(&self, other: &Config) -> Vec<&'static str> {
+        let mut keys: Vec<&'static str> = keys::KEYS
+            .iter()
+            .filter(|key| (key.render)(self) != (key.render)(other))
+            .map(|key| key.name)
+            .collect();
+        if self.namespaces != other.namespaces {
+            keys.push(keys::NAMESPACES);
+        }
+        keys
+    }
+
+    /// The effective configuration as TOML text, with the Passport secrets and the Redis
     /// password shown as `***`. With the secrets put back, loading the text gives this `Config`.
     pub fn render_masked(&self) -> String {
         let mut out = String::new();
@@ -443,11 +492,7 @@ impl Config {
             let Some(value) = (key.render)(self) else {
                 continue;
             };
-            let value = if key.secret {
-                Value::String("***".into())
-            } else {
-                value
-            };
+            let value = if key.secret { masked(value) } else { value };
             // KEYS lists every top-level key before the first table, and each table's keys
             // together, so one header per change of table is a valid document.
             let (table, leaf) = key.name.rsplit_once('.').unwrap_or(("", key.name));
@@ -471,12 +516,15 @@ impl Config {
 
     fn require_passport_key(&self) -> Result<(), ConfigError> {
         let passport = &self.passport;
-        if passport.hs256_secret.is_none() && passport.ed25519_public_keys.is_empty() {
+        if passport.hs256_secret.is_none()
+            && passport.hs256_secrets.is_empty()
+            && passport.ed25519_public_keys.is_empty()
+        {
             return Err(ConfigError::new(
                 "passport",
                 "no Passport key configured (there is no unauthenticated registry): set \
-                 passport.hs256_secret (PINBOARD_PASSPORT__HS256_SECRET) or \
-                 passport.ed25519_public_keys",
+                 passport.hs256_secret (PINBOARD_PASSPORT__HS256_SECRET), \
+                 passport.hs256_secrets or passport.ed25519_public_keys",
             ));
         }
         Ok(())
@@ -523,7 +571,7 @@ impl Config {
             .passport
             .ed25519_public_keys
             .iter()
-            .map(|path| ("passport.ed25519_public_keys", path))
+            .map(|path| ("passport.ed25519_public_keys", &path.key))
             .chain(tls.cert_file.iter().map(|path| ("tls.cert_file", path)))
             .chain(tls.key_file.iter().map(|path| ("tls.key_file", path)))
             .chain(
@@ -545,6 +593,69 @@ impl Config {
         Ok(())
     }
 }
+
+/// A secret's rendering: each secret string `***` (in a list too, and a retiring key's `key`),
+/// the rest (`not_after`) as it is.
+fn masked(value: Value) -> Value {
+    match value {
+        Value::String(_) => Value::String("***".into()),
+        Value::Array(items) => Value::Array(items.into_iter().map(masked).collect()),
+        Value::Table(mut table) => {
+            if let Some(key) = table.get_mut("key") {
+                *key = masked(key.clone());
+            }
+            Value::Table(table)
+        }
+        other => other,
+    }
+}
+
+/// Declares the keys only a restart changes, and how a reload keeps their running values.
+macro_rules! restart_only {
+    ($($first:ident $(. $rest:ident)*),* $(,)?) => {
+        /// The keys only a restart changes: what the node's sockets, threads, Redis connections
+        /// and fleet identity were built from. Every other key (and `namespaces`) is applied by
+        /// a reload.
+        pub const RESTART_ONLY: &[&str] = &[$(concat!(stringify!($first) $(, ".", stringify!($rest))*)),*];
+
+        /// Puts `running`'s value back into `config` for each key of [`RESTART_ONLY`] they
+        /// differ on; those keys' names.
+        fn keep_running(config: &mut Config, running: &Config) -> Vec<&'static str> {
+            let mut kept = Vec::new();
+            $(
+                if config.$first $(. $rest)* != running.$first $(. $rest)* {
+                    config.$first $(. $rest)*.clone_from(&running.$first $(. $rest)*);
+                    kept.push(concat!(stringify!($first) $(, ".", stringify!($rest))*));
+                }
+            )*
+            kept
+        }
+    };
+}
+
+restart_only!(
+    listen,
+    threads,
+    driver,
+    redis_url,
+    redis_ca_file,
+    prefix,
+    shards,
+    hostname_aware,
+    lease_ttl_ms,
+    redis_timeout_ms,
+    sweep_interval_ms,
+    base_path,
+    metrics_listen,
+    fleet_epoch,
+    node_id,
+    log_format,
+    forwards.max_inflight,
+    forwards.ca_file,
+    forwards.upstream_idle_timeout_ms,
+    tls.cert_file,
+    tls.key_file,
+);
 
 /// A directory opens on Linux and a FIFO's open would wait for a writer: regular files only.
 fn readable_file(path: &Path) -> Result<(), String> {
@@ -676,6 +787,7 @@ fleet_epoch = 7
 node_id = "edge-1"
 max_connections = 100
 log_format = "json"
+log_level = "warn,pinboard=info"
 access_log = "json"
 
 [forwards]
@@ -687,6 +799,7 @@ keep_authorization = true
 
 [passport]
 hs256_secret = "file-secret-0123456789abcdef012345"
+hs256_secrets = ["next-secret-0123456789abcdef0123456", { key = "old-secret-0123456789abcdef01234567", not_after = 2027-01-01T00:00:00Z }]
 ed25519_public_keys = []
 issuer = "https://issuer.example"
 audience = "pinboard"
@@ -745,6 +858,13 @@ max_rows_per_namespace = 5000
             node_id: "edge-1".into(),
             passport: PassportConfig {
                 hs256_secret: Some("file-secret-0123456789abcdef012345".into()),
+                hs256_secrets: vec![
+                    "next-secret-0123456789abcdef0123456".to_owned().into(),
+                    Retiring {
+                        key: "old-secret-0123456789abcdef01234567".into(),
+                        not_after: Some(1_798_761_600),
+                    },
+                ],
                 ed25519_public_keys: vec![],
                 issuer: Some("https://issuer.example".into()),
                 audience: Some("pinboard".into()),
@@ -757,6 +877,7 @@ max_rows_per_namespace = 5000
             )]),
             max_connections: 100,
             log_format: LogFormat::Json,
+            log_level: "warn,pinboard=info".into(),
             access_log: AccessLogFormat::Json,
             access_log_path: None,
             registry: RegistryLimits {
@@ -883,11 +1004,16 @@ max_rows_per_namespace = 5000
             ("PINBOARD_NODE_ID", "edge-1"),
             ("PINBOARD_MAX_CONNECTIONS", "100"),
             ("PINBOARD_LOG_FORMAT", "json"),
+            ("PINBOARD_LOG_LEVEL", "warn,pinboard=info"),
             ("PINBOARD_ACCESS_LOG", "json"),
             ("PINBOARD_ACCESS_LOG_PATH", &pem),
             (
                 "PINBOARD_PASSPORT__HS256_SECRET",
                 "file-secret-0123456789abcdef012345",
+            ),
+            (
+                "PINBOARD_PASSPORT__HS256_SECRETS",
+                "next-secret-0123456789abcdef0123456, old-secret-0123456789abcdef01234567",
             ),
             ("PINBOARD_PASSPORT__ED25519_PUBLIC_KEYS", &keys),
             ("PINBOARD_PASSPORT__ISSUER", "https://issuer.example"),
@@ -917,7 +1043,9 @@ max_rows_per_namespace = 5000
             cert_file: Some(a.clone()),
             key_file: Some(a.clone()),
         };
-        expected.passport.ed25519_public_keys = vec![a, b];
+        expected.passport.ed25519_public_keys = vec![a.into(), b.into()];
+        // The environment names no `not_after`.
+        expected.passport.hs256_secrets[1].not_after = None;
         assert_eq!(config, expected);
     }
 
@@ -1302,7 +1430,10 @@ max_rows_per_namespace = 5000
             pem.display().to_string()
         );
         let config = from_file(&file, &[]).unwrap();
-        assert_eq!(config.passport.ed25519_public_keys, vec![pem.clone()]);
+        assert_eq!(
+            config.passport.ed25519_public_keys,
+            vec![pem.clone().into()]
+        );
         assert_eq!(config.passport.hs256_secret, None);
 
         let missing = dir.path().join("missing.pem");
@@ -1463,10 +1594,13 @@ max_rows_per_namespace = 5000
             "{text}"
         );
         assert!(text.contains("hs256_secret = \"***\""), "{text}");
-        // The Redis URL is rendered before the passport section.
-        let unmasked =
-            text.replacen("***", "pw", 1)
-                .replacen("***", "file-secret-0123456789abcdef012345", 1);
+        assert!(!text.contains("next-secret"), "{text}");
+        // The Redis URL is rendered before the passport section, the secret before the list.
+        let unmasked = text
+            .replacen("***", "pw", 1)
+            .replacen("***", "file-secret-0123456789abcdef012345", 1)
+            .replacen("***", "next-secret-0123456789abcdef0123456", 1)
+            .replacen("***", "old-secret-0123456789abcdef01234567", 1);
         assert_eq!(from_file(&unmasked, &[]).unwrap(), config);
 
         let defaults = Config::load(None, env(&[SECRET])).unwrap();
@@ -1521,5 +1655,93 @@ max_rows_per_namespace = 5000
         ] {
             assert!(bad.parse::<Affinity>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn restart_only_keys_exist_and_a_reload_keeps_them() {
+        let names: Vec<&str> = keys::KEYS.iter().map(|k| k.name).collect();
+        for key in RESTART_ONLY {
+            assert!(names.contains(key), "{key} is a key");
+        }
+        let running = Config::load(None, env(&[SECRET, ("PINBOARD_NODE_ID", "n1")])).unwrap();
+        let file = "listen = \"127.0.0.1:9999\"\nshards = 64\n\n[forwards]\ntimeout_ms = 7\n\
+                    max_inflight = 3\n\n[namespaces.\"/a\"]\nscopes = [\"r\"]\n";
+        let (config, kept) = Config::reload(
+            Some((Path::new("/etc/pinboard.toml"), file)),
+            env(&[SECRET]),
+            &running,
+        )
+        .unwrap();
+        assert_eq!(kept, ["listen", "shards", "forwards.max_inflight"]);
+        assert_eq!(config.listen, running.listen);
+        assert_eq!(config.shards, running.shards);
+        assert_eq!(config.forwards.max_inflight, running.forwards.max_inflight);
+        assert_eq!(
+            config.node_id, "n1",
+            "an unset node_id stays the running one"
+        );
+        assert_eq!(config.forwards.timeout_ms, 7);
+        assert_eq!(
+            config.differences(&running),
+            ["forwards.timeout_ms", "namespaces"]
+        );
+        // A refused file is refused as at start.
+        let e = Config::reload(
+            Some((
+                Path::new("/etc/pinboard.toml"),
+                "[forwards]\ntimeout_ms = 0",
+            )),
+            env(&[SECRET]),
+            &running,
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "forwards.timeout_ms");
+    }
+
+    #[test]
+    fn retiring_keys_take_an_instant_in_either_form() {
+        let secret = "next-secret-0123456789abcdef0123456";
+        let at = |not_after: &str| {
+            from_file(
+                &format!(
+                    "[passport]\nhs256_secrets = [{{ key = {secret:?}, not_after = {not_after} }}]"
+                ),
+                &[],
+            )
+            .map(|c| c.passport.hs256_secrets[0].not_after)
+        };
+        assert_eq!(at("2027-01-01T00:00:00Z").unwrap(), Some(1_798_761_600));
+        assert_eq!(
+            at("2027-01-01T02:00:00+02:00").unwrap(),
+            Some(1_798_761_600)
+        );
+        assert_eq!(at("1798761600").unwrap(), Some(1_798_761_600));
+        assert_eq!(at("1970-01-01T00:00:00Z").unwrap(), Some(0));
+        for bad in [
+            "2027-01-01T00:00:00",
+            "2027-01-01",
+            "-5",
+            "\"soon\"",
+            "1969-12-31T23:59:59Z",
+        ] {
+            let e = at(bad).unwrap_err();
+            assert_eq!(e.key, "passport.hs256_secrets", "{bad}");
+            assert!(e.message.contains("not_after"), "{bad}: {}", e.message);
+        }
+        for (bad, why) in [
+            ("[{ key = \"short\" }]", "at least 32 bytes"),
+            ("[{ secret = \"x\" }]", "unknown field"),
+            ("[{ not_after = 5 }]", "key: missing"),
+            ("[5]", "expected a string or"),
+        ] {
+            let e = from_file(&format!("[passport]\nhs256_secrets = {bad}"), &[]).unwrap_err();
+            assert!(e.message.contains(why), "{bad}: {}", e.message);
+        }
+        let many = vec![format!("{secret:?}"); 17].join(", ");
+        let e = from_file(&format!("[passport]\nhs256_secrets = [{many}]"), &[]).unwrap_err();
+        assert!(e.message.contains("at most 16 keys"), "{}", e.message);
+        // Only retiring secrets are a Passport key too.
+        let only = from_file(&format!("[passport]\nhs256_secrets = [{secret:?}]"), &[]).unwrap();
+        assert_eq!(only.passport.hs256_secret, None);
     }
 }

@@ -13,10 +13,14 @@
 //!
 //! The table holds an entry per address with a connection open and removes it when its last
 //! closes: it never holds more entries than the node has connections (`max_connections`).
+//!
+//! A reload may change the limit: connections already held still count against the new one;
+//! those accepted while it was 0 (off) were not counted and never are.
 
 use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use ahash::AHashMap;
 use parking_lot::Mutex;
@@ -34,7 +38,8 @@ pub const MAX_HANDSHAKES_PER_IP: u32 = 16;
 const SHARDS: usize = 64;
 
 pub struct ConnectionTable {
-    max_per_address: u32,
+    /// 0: no per-address limit (nothing is counted).
+    max_per_address: AtomicU32,
     /// Picks an address's shard; seeded at random, so that no client can aim at one.
     spread: ahash::RandomState,
     shards: Box<[Mutex<AHashMap<IpAddr, Held>>]>,
@@ -48,33 +53,43 @@ struct Held {
 }
 
 impl ConnectionTable {
-    /// The table for `max_connections_per_ip`; `None` when it is 0 (no per-address limit).
-    pub fn new(max_connections_per_ip: u64) -> Option<Arc<ConnectionTable>> {
-        let max_per_address = u32::try_from(max_connections_per_ip).unwrap_or(u32::MAX);
-        (max_per_address > 0).then(|| {
-            Arc::new(ConnectionTable {
-                max_per_address,
-                spread: ahash::RandomState::new(),
-                shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            })
-        })
+    /// The table for `max_connections_per_ip` (0: no limit).
+    pub fn new(max_connections_per_ip: u64) -> Arc<ConnectionTable> {
+        let table = Arc::new(ConnectionTable {
+            max_per_address: AtomicU32::new(0),
+            spread: ahash::RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        });
+        table.set_limit(max_connections_per_ip);
+        table
+    }
+
+    /// `max_connections_per_ip` as a reload sets it.
+    pub fn set_limit(&self, max_connections_per_ip: u64) {
+        let max = u32::try_from(max_connections_per_ip).unwrap_or(u32::MAX);
+        self.max_per_address.store(max, Ordering::Relaxed);
     }
 
     fn shard(&self, address: &IpAddr) -> &Mutex<AHashMap<IpAddr, Held>> {
         &self.shards[self.spread.hash_one(address) as usize % SHARDS]
     }
 
-    /// A slot for a connection from `peer`, held until the slot is dropped; `handshake`: the
-    /// connection starts with a TLS handshake, in progress until [`Slot::handshake_done`].
+    /// A slot for a connection from `peer`, held until the slot is dropped (`None` while the
+    /// limit is off); `handshake`: the connection starts with a TLS handshake, in progress
+    /// until [`Slot::handshake_done`].
     pub fn admit(
         self: &Arc<Self>,
         peer: IpAddr,
         handshake: bool,
-    ) -> Result<Slot, ConnectionRefusal> {
+    ) -> Result<Option<Slot>, ConnectionRefusal> {
+        let max = self.max_per_address.load(Ordering::Relaxed);
+        if max == 0 {
+            return Ok(None);
+        }
         let address = client_address(peer);
         let mut shard = self.shard(&address).lock();
         let held = shard.entry(address).or_default();
-        if held.connections >= self.max_per_address {
+        if held.connections >= max {
             return Err(ConnectionRefusal::PerIp);
         }
         if handshake && held.handshakes >= MAX_HANDSHAKES_PER_IP {
@@ -82,11 +97,11 @@ impl ConnectionTable {
         }
         held.connections += 1;
         held.handshakes += u32::from(handshake);
-        Ok(Slot {
+        Ok(Some(Slot {
             table: self.clone(),
             address,
             handshaking: Cell::new(handshake),
-        })
+        }))
     }
 
     /// Gives back what a slot held; the address's entry goes with its last connection.
@@ -143,34 +158,34 @@ mod tests {
 
     #[test]
     fn an_address_past_its_connections_is_refused_and_others_are_not() {
-        let table = ConnectionTable::new(2).unwrap();
+        let table = ConnectionTable::new(2);
         let a = [
-            table.admit(ip("10.0.0.1"), false).unwrap(),
-            table.admit(ip("10.0.0.1"), false).unwrap(),
+            table.admit(ip("10.0.0.1"), false).unwrap().unwrap(),
+            table.admit(ip("10.0.0.1"), false).unwrap().unwrap(),
         ];
         assert_eq!(
             table.admit(ip("10.0.0.1"), false).err(),
             Some(ConnectionRefusal::PerIp)
         );
-        let b = table.admit(ip("10.0.0.2"), false).unwrap();
+        let b = table.admit(ip("10.0.0.2"), false).unwrap().unwrap();
         // One /64 is one client.
-        let v6 = table.admit(ip("2001:db8::1"), false).unwrap();
-        let _v6b = table.admit(ip("2001:db8::2"), false).unwrap();
+        let v6 = table.admit(ip("2001:db8::1"), false).unwrap().unwrap();
+        let _v6b = table.admit(ip("2001:db8::2"), false).unwrap().unwrap();
         assert!(table.admit(ip("2001:db8::3:4"), false).is_err());
         assert!(table.admit(ip("2001:db8:0:1::1"), false).is_ok());
         drop(v6);
         assert!(table.admit(ip("2001:db8::3:4"), false).is_ok());
         let [first, _second] = a;
         drop(first);
-        let _again = table.admit(ip("10.0.0.1"), false).unwrap();
+        let _again = table.admit(ip("10.0.0.1"), false).unwrap().unwrap();
         drop(b);
     }
 
     #[test]
     fn handshakes_in_progress_are_bounded_apart_from_connections() {
-        let table = ConnectionTable::new(100).unwrap();
+        let table = ConnectionTable::new(100);
         let pending: Vec<Slot> = (0..MAX_HANDSHAKES_PER_IP)
-            .map(|_| table.admit(ip("10.0.0.1"), true).unwrap())
+            .map(|_| table.admit(ip("10.0.0.1"), true).unwrap().unwrap())
             .collect();
         assert_eq!(
             table.admit(ip("10.0.0.1"), true).err(),
@@ -179,7 +194,7 @@ mod tests {
         // A finished handshake frees its handshake place, not its connection.
         pending[0].handshake_done();
         pending[0].handshake_done();
-        let more = table.admit(ip("10.0.0.1"), true).unwrap();
+        let more = table.admit(ip("10.0.0.1"), true).unwrap().unwrap();
         assert!(table.admit(ip("10.0.0.1"), true).is_err());
         drop(more);
         assert!(table.admit(ip("10.0.0.1"), true).is_ok());
@@ -187,14 +202,39 @@ mod tests {
 
     #[test]
     fn an_address_leaves_the_table_with_its_last_connection() {
-        let table = ConnectionTable::new(5).unwrap();
+        let table = ConnectionTable::new(5);
         let slots: Vec<Slot> = (0..50)
-            .map(|i| table.admit(ip(&format!("10.0.{i}.1")), i % 2 == 0).unwrap())
+            .map(|i| {
+                table
+                    .admit(ip(&format!("10.0.{i}.1")), i % 2 == 0)
+                    .unwrap()
+                    .unwrap()
+            })
             .collect();
         assert_eq!(table.addresses(), 50);
         slots.iter().for_each(Slot::handshake_done);
         drop(slots);
         assert_eq!(table.addresses(), 0);
-        assert!(ConnectionTable::new(0).is_none(), "0: no limit, no table");
+    }
+
+    #[test]
+    fn a_reload_moves_the_limit_and_zero_turns_it_off() {
+        let table = ConnectionTable::new(1);
+        let held = table.admit(ip("10.0.0.1"), false).unwrap();
+        assert!(held.is_some());
+        assert!(table.admit(ip("10.0.0.1"), false).is_err());
+        table.set_limit(2);
+        let _second = table.admit(ip("10.0.0.1"), false).unwrap().unwrap();
+        assert!(table.admit(ip("10.0.0.1"), false).is_err());
+        table.set_limit(0);
+        assert!(
+            table.admit(ip("10.0.0.1"), false).unwrap().is_none(),
+            "off: not counted"
+        );
+        table.set_limit(1);
+        assert!(
+            table.admit(ip("10.0.0.1"), false).is_err(),
+            "the held ones still count"
+        );
     }
 }

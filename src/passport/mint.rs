@@ -88,7 +88,7 @@ mod tests {
             issuer: Some("dev".into()),
             audience: Some("pinboard".into()),
         };
-        let passport = Passport::new(Some(SECRET), &[], Some("dev"), Some("pinboard")).unwrap();
+        let passport = Passport::new(&[SECRET.into()], &[], Some("dev"), Some("pinboard")).unwrap();
         let cred = check(&passport, &mint(SECRET, &req).unwrap()).unwrap();
         assert_eq!(cred.sub.as_deref(), Some("acct-9"));
         assert_eq!(cred.scopes, req.scopes);
@@ -168,7 +168,7 @@ mod tests {
         let token = mint("another-secret", &req).unwrap();
         assert!(check(&hs_passport(), &token).is_err());
         let token = mint(SECRET, &req).unwrap();
-        let strict = Passport::new(Some(SECRET), &[], Some("prod-idp"), None).unwrap();
+        let strict = Passport::new(&[SECRET.into()], &[], Some("prod-idp"), None).unwrap();
         assert!(check(&strict, &token).is_err());
     }
 

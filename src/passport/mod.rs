@@ -22,12 +22,36 @@ const LEEWAY_SECS: u64 = 30;
 
 type Claims = Map<String, Value>;
 
-/// The node's Passport verifier: keys and validation rules, prepared once.
+/// A verifying key and the moment it retires: past `not_after` (Unix seconds) it verifies
+/// nothing, so an old key can be given an end when its successor is added.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retiring<T> {
+    pub key: T,
+    pub not_after: Option<u64>,
+}
+
+impl<T> From<T> for Retiring<T> {
+    fn from(key: T) -> Retiring<T> {
+        Retiring {
+            key,
+            not_after: None,
+        }
+    }
+}
+
+impl<T> Retiring<T> {
+    fn in_force(&self, now: u64) -> bool {
+        self.not_after.is_none_or(|end| now <= end)
+    }
+}
+
+/// The node's Passport verifier: keys and validation rules, prepared once (and again at each
+/// reload of the configuration).
 #[derive(Debug)]
 pub struct Passport {
-    hs256: Option<DecodingKey>,
+    hs256: Vec<Retiring<DecodingKey>>,
     hs256_validation: Validation,
-    ed25519: Vec<DecodingKey>,
+    ed25519: Vec<Retiring<DecodingKey>>,
     ed25519_validation: Validation,
     issuer: Option<String>,
     audience: Option<String>,
@@ -65,34 +89,43 @@ pub struct Credential {
 }
 
 impl Passport {
-    /// `ed25519_pems`: contents of PEM files of Ed25519 public keys (SPKI `PUBLIC KEY`).
-    /// At least one key, of either kind, must be given.
+    /// `hs256_secrets`: the HS256 secrets; `ed25519_pems`: contents of PEM files of Ed25519
+    /// public keys (SPKI `PUBLIC KEY`). At least one key, of either kind, must be given.
     pub fn new(
-        hs256_secret: Option<&str>,
-        ed25519_pems: &[Vec<u8>],
+        hs256_secrets: &[Retiring<&str>],
+        ed25519_pems: &[Retiring<Vec<u8>>],
         issuer: Option<&str>,
         audience: Option<&str>,
     ) -> Result<Passport, String> {
-        if hs256_secret.is_none() && ed25519_pems.is_empty() {
-            return Err("no Passport key configured: set passport.hs256_secret or \
-                        passport.ed25519_public_keys"
+        if hs256_secrets.is_empty() && ed25519_pems.is_empty() {
+            return Err("no Passport key configured: set passport.hs256_secret, \
+                        passport.hs256_secrets or passport.ed25519_public_keys"
                 .to_owned());
         }
-        let hs256 = hs256_secret
+        let hs256 = hs256_secrets
+            .iter()
             .map(|secret| {
-                DecodingKey::from_secret(secret.as_bytes())
-                    .map_err(|_| "passport.hs256_secret is empty".to_owned())
+                let key = DecodingKey::from_secret(secret.key.as_bytes())
+                    .map_err(|_| "an HS256 secret is empty".to_owned())?;
+                Ok(Retiring {
+                    key,
+                    not_after: secret.not_after,
+                })
             })
-            .transpose()?;
+            .collect::<Result<_, String>>()?;
         let ed25519 = ed25519_pems
             .iter()
             .enumerate()
             .map(|(i, pem)| {
-                ed25519_key(pem).ok_or_else(|| {
+                let key = ed25519_key(&pem.key).ok_or_else(|| {
                     format!("passport.ed25519_public_keys[{i}]: not an Ed25519 public key PEM")
+                })?;
+                Ok(Retiring {
+                    key,
+                    not_after: pem.not_after,
                 })
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, String>>()?;
         Ok(Passport {
             hs256,
             hs256_validation: validation(Algorithm::HS256),
@@ -120,30 +153,21 @@ impl Passport {
         let header = jsonwebtoken::decode_header(token)
             .map_err(|_| Unauthorized::Invalid("malformed or unsupported header"))?;
         let claims = match header.alg {
-            Algorithm::HS256 => {
-                let key = self
-                    .hs256
-                    .as_ref()
-                    .ok_or(Unauthorized::Invalid("HS256 is not configured"))?;
-                decode(token, key, &self.hs256_validation)?
-            }
-            Algorithm::EdDSA => self.decode_ed25519(token)?,
+            Algorithm::HS256 => decode_any(
+                token,
+                &self.hs256,
+                &self.hs256_validation,
+                "HS256 is not configured",
+            )?,
+            Algorithm::EdDSA => decode_any(
+                token,
+                &self.ed25519,
+                &self.ed25519_validation,
+                "EdDSA is not configured",
+            )?,
             _ => return Err(Unauthorized::Invalid("algorithm not accepted")),
         };
         self.credential(claims)
-    }
-
-    fn decode_ed25519(&self, token: &[u8]) -> Result<Claims, Unauthorized> {
-        let mut outcome = Err(Unauthorized::Invalid("EdDSA is not configured"));
-        for key in &self.ed25519 {
-            outcome = decode(token, key, &self.ed25519_validation);
-            // Only a signature that fails under this key says another key may fit; any other
-            // failure is the token's own.
-            if !matches!(outcome, Err(Unauthorized::Invalid(BAD_SIGNATURE))) {
-                break;
-            }
-        }
-        outcome
     }
 
     fn credential(&self, mut claims: Claims) -> Result<Credential, Unauthorized> {
@@ -195,6 +219,8 @@ impl Credential {
 }
 
 const BAD_SIGNATURE: &str = "bad signature";
+/// Every key of the token's algorithm is past its `not_after`.
+const RETIRED: &str = "every key of its algorithm has retired";
 
 fn validation(alg: Algorithm) -> Validation {
     let mut validation = Validation::new(alg);
@@ -205,6 +231,30 @@ fn validation(alg: Algorithm) -> Validation {
     // `iss` and `aud` are checked in `Passport::credential`, exactly as the contract words them.
     validation.validate_aud = false;
     validation
+}
+
+/// The claims of `token` under the first of `keys` in force whose signature it carries;
+/// `unconfigured`: the refusal when there is no key of the kind at all.
+fn decode_any(
+    token: &[u8],
+    keys: &[Retiring<DecodingKey>],
+    validation: &Validation,
+    unconfigured: &'static str,
+) -> Result<Claims, Unauthorized> {
+    if keys.is_empty() {
+        return Err(Unauthorized::Invalid(unconfigured));
+    }
+    let now = jsonwebtoken::get_current_timestamp();
+    let mut outcome = Err(Unauthorized::Invalid(RETIRED));
+    for key in keys.iter().filter(|key| key.in_force(now)) {
+        outcome = decode(token, &key.key, validation);
+        // Only a signature that fails under this key says another key may fit; any other
+        // failure is the token's own.
+        if !matches!(outcome, Err(Unauthorized::Invalid(BAD_SIGNATURE))) {
+            break;
+        }
+    }
+    outcome
 }
 
 fn decode(
@@ -348,7 +398,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn hs_passport() -> Passport {
-        Passport::new(Some(SECRET), &[], None, None).unwrap()
+        Passport::new(&[SECRET.into()], &[], None, None).unwrap()
     }
 
     pub(crate) fn check(passport: &Passport, token: &str) -> Result<Credential, Unauthorized> {
@@ -405,7 +455,7 @@ pub(crate) mod tests {
     fn good_eddsa_with_any_configured_key() {
         let (k1, pem1) = ed_key(1);
         let (k2, pem2) = ed_key(2);
-        let passport = Passport::new(None, &[pem1, pem2], None, None).unwrap();
+        let passport = Passport::new(&[], &[pem1.into(), pem2.into()], None, None).unwrap();
         for key in [&k1, &k2] {
             let cred = check(&passport, &eddsa(key, &json!({"sub": "ed"}))).unwrap();
             assert_eq!(cred.sub.as_deref(), Some("ed"));
@@ -415,7 +465,7 @@ pub(crate) mod tests {
     #[test]
     fn both_kinds_of_key_together() {
         let (key, pem) = ed_key(1);
-        let passport = Passport::new(Some(SECRET), &[pem], None, None).unwrap();
+        let passport = Passport::new(&[SECRET.into()], &[pem.into()], None, None).unwrap();
         assert!(check(&passport, &hs256(&json!({}))).is_ok());
         assert!(check(&passport, &eddsa(&key, &json!({}))).is_ok());
     }
@@ -426,7 +476,7 @@ pub(crate) mod tests {
         assert_eq!(invalid(&hs_passport(), &token), BAD_SIGNATURE);
         let (_, pem) = ed_key(1);
         let (stranger, _) = ed_key(3);
-        let passport = Passport::new(None, &[pem], None, None).unwrap();
+        let passport = Passport::new(&[], &[pem.into()], None, None).unwrap();
         assert_eq!(
             invalid(&passport, &eddsa(&stranger, &json!({}))),
             BAD_SIGNATURE
@@ -445,7 +495,7 @@ pub(crate) mod tests {
     #[test]
     fn algorithm_without_configured_key() {
         let (key, pem) = ed_key(1);
-        let ed_only = Passport::new(None, &[pem], None, None).unwrap();
+        let ed_only = Passport::new(&[], &[pem.into()], None, None).unwrap();
         assert_eq!(
             invalid(&ed_only, &hs256(&json!({}))),
             "HS256 is not configured"
@@ -581,14 +631,14 @@ pub(crate) mod tests {
     #[test]
     fn expiry_is_checked_for_eddsa_too() {
         let (key, pem) = ed_key(1);
-        let passport = Passport::new(None, &[pem], None, None).unwrap();
+        let passport = Passport::new(&[], &[pem.into()], None, None).unwrap();
         let expired = eddsa(&key, &json!({"exp": now() - 60}));
         assert_eq!(invalid(&passport, &expired), "expired");
     }
 
     #[test]
     fn issuer_when_configured() {
-        let passport = Passport::new(Some(SECRET), &[], Some("idp"), None).unwrap();
+        let passport = Passport::new(&[SECRET.into()], &[], Some("idp"), None).unwrap();
         assert!(check(&passport, &hs256(&json!({"iss": "idp"}))).is_ok());
         for bad in [
             json!({}),
@@ -605,7 +655,7 @@ pub(crate) mod tests {
 
     #[test]
     fn audience_when_configured() {
-        let passport = Passport::new(Some(SECRET), &[], None, Some("pinboard")).unwrap();
+        let passport = Passport::new(&[SECRET.into()], &[], None, Some("pinboard")).unwrap();
         for good in [
             json!({"aud": "pinboard"}),
             json!({"aud": ["other", "pinboard"]}),
@@ -692,10 +742,10 @@ pub(crate) mod tests {
 
     #[test]
     fn configuration_errors() {
-        let err = Passport::new(None, &[], None, None).unwrap_err();
+        let err = Passport::new(&[], &[], None, None).unwrap_err();
         assert!(err.contains("no Passport key configured"), "{err}");
-        let err = Passport::new(Some(""), &[], None, None).unwrap_err();
-        assert_eq!(err, "passport.hs256_secret is empty");
+        let err = Passport::new(&["".into()], &[], None, None).unwrap_err();
+        assert_eq!(err, "an HS256 secret is empty");
 
         let (_, good) = ed_key(1);
         let private = pem("PRIVATE KEY", &[&PKCS8_PREFIX[..], &[1; 32]].concat());
@@ -712,12 +762,55 @@ pub(crate) mod tests {
         // A y coordinate with no matching x: 32 bytes, but not a point on the curve.
         let off_curve = spki_pem(&OFF_CURVE);
         for bad in [b"not a pem".to_vec(), Vec::new(), private, short, off_curve] {
-            let err = Passport::new(None, &[good.clone(), bad], None, None).unwrap_err();
+            let err =
+                Passport::new(&[], &[good.clone().into(), bad.into()], None, None).unwrap_err();
             assert_eq!(
                 err,
                 "passport.ed25519_public_keys[1]: not an Ed25519 public key PEM"
             );
         }
+    }
+
+    #[test]
+    fn any_secret_of_several_verifies_until_it_retires() {
+        const NEW: &str = "the-next-secret-at-least-32-bytes-long";
+        let retiring = |not_after| Retiring {
+            key: SECRET,
+            not_after: Some(not_after),
+        };
+        let both =
+            Passport::new(&[retiring(now() as u64 + 60), NEW.into()], &[], None, None).unwrap();
+        assert!(check(&both, &hs256(&json!({}))).is_ok());
+        assert!(check(&both, &hs256_with(NEW, &json!({}))).is_ok());
+        assert_eq!(
+            invalid(&both, &hs256_with("a-stranger", &json!({}))),
+            BAD_SIGNATURE
+        );
+        // Past its `not_after`, the old secret verifies nothing; the new one still does.
+        let retired =
+            Passport::new(&[retiring(now() as u64 - 1), NEW.into()], &[], None, None).unwrap();
+        assert_eq!(invalid(&retired, &hs256(&json!({}))), BAD_SIGNATURE);
+        assert!(check(&retired, &hs256_with(NEW, &json!({}))).is_ok());
+        let only_retired = Passport::new(&[retiring(now() as u64 - 1)], &[], None, None).unwrap();
+        assert_eq!(invalid(&only_retired, &hs256(&json!({}))), RETIRED);
+        // The token's own failure under the key that signed it is said, not hidden by the
+        // keys tried before it.
+        let expired = hs256(&json!({"exp": now() - 3600}));
+        let new_first = Passport::new(&[NEW.into(), SECRET.into()], &[], None, None).unwrap();
+        assert_eq!(invalid(&new_first, &expired), "expired");
+    }
+
+    #[test]
+    fn an_ed25519_key_retires_at_its_not_after() {
+        let (old, old_pem) = ed_key(1);
+        let (new, new_pem) = ed_key(2);
+        let retired = Retiring {
+            key: old_pem,
+            not_after: Some(now() as u64 - 1),
+        };
+        let passport = Passport::new(&[], &[retired, new_pem.into()], None, None).unwrap();
+        assert_eq!(invalid(&passport, &eddsa(&old, &json!({}))), BAD_SIGNATURE);
+        assert!(check(&passport, &eddsa(&new, &json!({}))).is_ok());
     }
 
     /// y = 2 (little-endian): (y² - 1) / (d·y² + 1) has no square root mod 2²⁵⁵ - 19.

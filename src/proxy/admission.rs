@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use crate::answers::{self, Fail, Handled};
 use crate::http::Response;
 use crate::names::{valid_id, valid_namespace};
-use crate::node::Core;
+use crate::node::{Core, Live};
 use crate::passport::Unauthorized;
 use crate::store::{PlacementRow, Session};
 
@@ -44,6 +44,7 @@ fn header<'r>(req: &'r crate::http::Request<'_>, name: &HeaderName) -> Option<&'
 /// Admits the request for `ns` (reached as `hostname`, in `env`), or answers the refusal.
 pub async fn admit(
     core: &Core,
+    live: &Live,
     req: &crate::http::Request<'_>,
     ns: &str,
     hostname: &str,
@@ -55,7 +56,7 @@ pub async fn admit(
     {
         return caller(core, req, ns, hostname, env).await;
     }
-    passport(core, req, ns).map_err(Fail::Answer)
+    passport(live, req, ns).map_err(Fail::Answer)
 }
 
 async fn caller(
@@ -132,14 +133,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// The data-plane passport: only when `namespaces` rules are configured.
-fn passport(core: &Core, req: &crate::http::Request<'_>, ns: &str) -> Result<Admitted, Response> {
-    let rules = &core.shared.config.namespaces;
+fn passport(live: &Live, req: &crate::http::Request<'_>, ns: &str) -> Result<Admitted, Response> {
+    let rules = &live.config().namespaces;
     if rules.is_empty() {
         return Ok(Admitted::default());
     }
-    let credential = core
-        .shared
-        .passport
+    let credential = (live.settings.passport)
         .verify_headers(&req.head.headers)
         .map_err(|e| match e {
             Unauthorized::Missing => answers::authentication_required(),

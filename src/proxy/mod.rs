@@ -82,7 +82,9 @@ pub async fn handle(
     };
     record.ns = route.ns.into();
     record.id = route.id.into();
-    let config = &core.shared.config;
+    // The settings of this request, whatever a reload does meanwhile.
+    let live = core.live();
+    let config = live.config();
     // The protocol an upgrade asks for, kept towards the worker.
     let protocol = forward::upgrade_protocol(&req.head, &config.forwards.upgrade_protocols);
     let upgrade = protocol.is_some();
@@ -114,7 +116,7 @@ pub async fn handle(
         None
     };
     let env = binding.as_ref().map_or(SINGLE_ENV, |b| b.env.as_str());
-    let admitted = admission::admit(core, req, route.ns, &hostname, env).await?;
+    let admitted = admission::admit(core, &live, req, route.ns, &hostname, env).await?;
     let prefer = admitted
         .caller_session
         .as_ref()
@@ -123,7 +125,7 @@ pub async fn handle(
     // placement counts against (`limits.new_placements_per_ip_per_s`).
     let client = placement::client_ip(req.peer.ip(), &config.trusted_proxies, req);
     let affinity = placement::affinity_key(&config.affinity, client, req);
-    let rate = (core.placement_rate.as_ref())
+    let rate = (live.placement_rate.as_deref())
         .map(|rate| (rate, rate.client(client, admitted.account.as_deref())));
 
     // Once, once more after an in-band refusal (excluding the refusing worker), and up to
@@ -147,7 +149,7 @@ pub async fn handle(
         };
         let ejected = core.upstreams.ejected_json();
         let outcome =
-            placement::resolve(&core.store, &core.resolve_constants, &ejected, &ask).await?;
+            placement::resolve(&core.store, &live.settings.resolve, &ejected, &ask).await?;
         record.resolve += resolved_at.elapsed();
         record.outcome(core.counters(), outcome.name());
         let placement = match outcome {

@@ -136,7 +136,7 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
         }
     };
 
-    let timeout = Duration::from_millis(core.shared.config.verify_timeout_ms);
+    let timeout = Duration::from_millis(core.live().config().verify_timeout_ms);
     let probed = probe(
         &advertise,
         &core.shared.tls.workers,

@@ -57,7 +57,8 @@ pub async fn register(
 ) -> Handled {
     let body: RegisterRequest = read_json(req, REGISTER_BODY_LIMIT, SHAPE).await?;
     act.about = Some(body.client_id.clone());
-    let config = &core.shared.config;
+    let live = core.live();
+    let config = live.config();
     let (mut s, registration) = validate(body, config.hostname_aware, &config.registry)?;
     let Registration {
         advertise,

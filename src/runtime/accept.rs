@@ -14,7 +14,7 @@ use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response};
 use crate::limits::connections::Slot;
 use crate::metrics::ConnectionRefusal;
-use crate::node::Shared;
+use crate::node::Core;
 
 pub(super) struct Acceptor {
     listener: TcpListener,
@@ -69,14 +69,13 @@ impl Acceptor {
 /// (`None` while `limits.max_connections_per_ip` is off); a refused one is closed at once,
 /// before any byte is read. One relaxed read per core and one lock of the address's shard per
 /// accept, never per request.
-pub(super) fn admit(shared: &Shared, peer: SocketAddr) -> Result<Option<Slot>, ConnectionRefusal> {
-    if shared.connections() >= shared.config.max_connections {
+pub(super) fn admit(core: &Core, peer: SocketAddr) -> Result<Option<Slot>, ConnectionRefusal> {
+    let shared = &core.shared;
+    if shared.connections() >= core.live().config().max_connections {
         return Err(ConnectionRefusal::MaxConnections);
     }
     let handshake = shared.tls.listener.is_some();
-    (shared.client_connections.as_ref())
-        .map(|table| table.admit(peer.ip(), handshake))
-        .transpose()
+    shared.client_connections.admit(peer.ip(), handshake)
 }
 
 /// A served connection's handler: `handler`'s answers, and the connection's place in the table

@@ -126,11 +126,10 @@ pub fn bind_listeners(
 }
 
 /// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
-/// nginx and HAProxy operators send to reload, reads the listener's certificate pair again
-/// (later handshakes present it; open connections keep theirs) on the reload thread
-/// ([`reload`]), so that nothing a reload waits on keeps this thread from the next signal;
-/// without TLS it is logged and ignored (it must not kill the node, as its default action
-/// would).
+/// nginx and HAProxy operators send to reload (and `pinboard reload` sends), reads the
+/// configuration and the listener's certificate pair again and swaps them in on the reload
+/// thread ([`reload`]), so that nothing a reload waits on keeps this thread from the next
+/// signal (its default action, to exit, would kill the node).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
@@ -162,7 +161,7 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
 /// SIGUSR1, as nginx takes it: the access log file is reopened (by each core, before its next
 /// write), so logrotate can move it away and signal.
 fn reopen_access_log(shared: &Shared) {
-    match &shared.access_log {
+    match &shared.settings().access_log {
         Some(log) => {
             log.reopen.fetch_add(1, Ordering::Relaxed);
             info!("SIGUSR1: reopening the access log");
@@ -251,7 +250,7 @@ async fn core_main(
             shutdown.clone(),
         ))
     });
-    if core.access_log.is_some() {
+    {
         let (core, shutdown) = (core.clone(), shutdown.clone());
         monoio::spawn(async move {
             // Lines of a quiet core reach the log within a flush period.
@@ -260,26 +259,28 @@ async fn core_main(
                     _ = monoio::time::sleep(crate::access_log::FLUSH_EVERY) => {}
                     _ = shutdown.fired() => {}
                 }
-                if let Some(log) = &core.access_log {
+                if let Some(log) = &core.live().access_log {
                     log.flush();
                 }
             }
         });
     }
-    let limits = Rc::new(shared.http_limits());
     if let Some(metrics) = metrics {
-        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        let limits = Rc::new(core.live().settings.http_limits());
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
     }
     while let Some((stream, peer)) = acceptor.next(&shutdown).await {
-        let slot = match accept::admit(&shared, peer) {
+        let slot = match accept::admit(&core, peer) {
             Ok(slot) => slot,
             Err(reason) => {
                 core.counters().connection_refused(reason);
                 continue;
             }
         };
-        let (core, limits, shutdown) = (core.clone(), limits.clone(), shutdown.clone());
+        // The limits of the settings current at accept.
+        let limits = core.live().settings.http_limits();
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         core.counters().connection_opened();
         monoio::spawn(async move {
             let tls = core.shared.tls.listener.as_ref();
@@ -292,7 +293,8 @@ async fn core_main(
         });
     }
     acceptor.close();
-    let deadline = Instant::now() + Duration::from_millis(shared.config.http.shutdown_grace_ms);
+    let grace = core.live().config().http.shutdown_grace_ms;
+    let deadline = Instant::now() + Duration::from_millis(grace);
     let open = || core.counters().connections();
     while open() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;
@@ -308,7 +310,7 @@ async fn core_main(
     if let Some(sweeper) = sweeper {
         sweeper.await;
     }
-    if let Some(log) = &core.access_log {
+    if let Some(log) = &core.live().access_log {
         log.flush();
     }
     Ok(())

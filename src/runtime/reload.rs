@@ -1,11 +1,13 @@
-//! SIGHUP's reload of the listener's certificate pair, off the signal thread.
+//! SIGHUP's reload (`pinboard reload` sends one): the configuration file and the environment
+//! read again into the next generation of [`Settings`], and the listener's certificate pair,
+//! all swapped in at once or none of it; off the signal thread.
 //!
 //! Reading files can block (a file on a hung mount; a FIFO is refused as not a regular file,
 //! see `pinboard_http::tls::open_regular_file`), and the signal thread must stay free for the
 //! SIGTERM that follows. So the signal thread only asks ([`Reloads::ask`], which never
 //! blocks); the reload thread reloads one at a time, a SIGHUP that comes while one runs is
-//! coalesced into one more after it, and each read gets [`RELOAD_TIMEOUT`]: past it the pair
-//! in use stays, and while that read is still stuck no other starts.
+//! coalesced into one more after it, and each reload's reads get [`RELOAD_TIMEOUT`]: past it
+//! the running settings stay, and while that read is still stuck no other starts.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
@@ -14,8 +16,11 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
+use crate::config::{Config, process_env};
 use crate::error::{Error, Origin};
+use crate::http::tls::LoadedPair;
 use crate::node::Shared;
+use crate::settings::Settings;
 
 /// The longest a reload may take to read its files.
 pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -35,7 +40,7 @@ impl Reloads {
             .spawn(move || {
                 let mut reader = Reader::default();
                 for () in asks {
-                    reload_tls(&shared, &mut reader);
+                    reload(&shared, &mut reader);
                 }
             })
             .map_err(|e| Error::because(Origin::Internal, "starting the reload thread", e))?;
@@ -56,36 +61,99 @@ impl Reloads {
     }
 }
 
-fn reload_tls(shared: &Arc<Shared>, reader: &mut Reader) {
-    if shared.tls.listener.is_none() {
-        info!("SIGHUP: no tls.cert_file, nothing to reload; ignored");
-        return;
-    }
+/// What a reload read, ready to be swapped in.
+struct Next {
+    settings: Settings,
+    /// The live keys whose value changed.
+    changed: Vec<&'static str>,
+    /// The restart-only keys the file asks to change, kept at their running values.
+    kept: Vec<&'static str>,
+    pair: Option<LoadedPair>,
+}
+
+/// Why a reload changed nothing.
+enum Refused {
+    Config(String),
+    Pair(String),
+}
+
+fn reload(shared: &Arc<Shared>, reader: &mut Reader) {
     let reading = shared.clone();
-    let read = reader.within(RELOAD_TIMEOUT, move || {
-        reading.tls.listener.as_ref().map(|tls| tls.read_again())
-    });
-    match read {
-        Read::Done(Some(Ok(pair))) => {
-            if let Some(tls) = &shared.tls.listener {
-                tls.present(pair);
-            }
-            info!("SIGHUP: reloaded tls.cert_file and tls.key_file");
+    match reader.within(RELOAD_TIMEOUT, move || read_next(&reading)) {
+        Read::Done(Ok(next)) => apply(shared, next),
+        Read::Done(Err(Refused::Config(why))) => {
+            warn!(reason = %why, "SIGHUP: the configuration was refused; the running one stays")
         }
-        Read::Done(Some(Err(e))) => warn!(
-            reason = %e,
-            "SIGHUP: the certificate pair did not load; the one in use stays"
+        Read::Done(Err(Refused::Pair(why))) => warn!(
+            reason = %why,
+            "SIGHUP: the certificate pair did not load; the one in use and the running \
+             configuration stay"
         ),
-        Read::Done(None) => {}
         Read::TimedOut => error!(
             timeout_ms = RELOAD_TIMEOUT.as_millis() as u64,
-            "SIGHUP: reading the certificate pair did not finish in time; the one in use stays"
+            "SIGHUP: reading the configuration and certificate pair did not finish in time; \
+             the running ones stay"
         ),
         Read::StillStuck => {
-            error!("SIGHUP: an earlier reload is still stuck reading the certificate pair; ignored")
+            error!("SIGHUP: an earlier reload is still stuck reading its files; ignored")
         }
         Read::Failed(why) => error!(reason = %why, "SIGHUP: the reload did not run"),
     }
+}
+
+/// Reads the configuration file, the environment, the files they name and the listener's
+/// certificate pair, into the next settings (nothing applied yet).
+fn read_next(shared: &Shared) -> Result<Next, Refused> {
+    let running = shared.settings();
+    let file = shared.config_file.as_deref();
+    let text = file
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .map_err(|e| Refused::Config(format!("config error: {}: {e}", path.display())))
+        })
+        .transpose()?;
+    let (config, kept) = Config::reload(file.zip(text.as_deref()), process_env(), &running.config)
+        .map_err(|e| Refused::Config(e.to_string()))?;
+    let changed = config.differences(&running.config);
+    let settings = Settings::build(config, Some(&running)).map_err(Refused::Config)?;
+    let pair = (shared.tls.listener.as_ref())
+        .map(|tls| tls.read_again().map_err(|e| Refused::Pair(e.to_string())))
+        .transpose()?;
+    Ok(Next {
+        settings,
+        changed,
+        kept,
+        pair,
+    })
+}
+
+fn apply(shared: &Shared, next: Next) {
+    let Next {
+        settings,
+        changed,
+        kept,
+        pair,
+    } = next;
+    if changed.contains(&"log_level")
+        && let Err(why) = crate::logs::set_level(&settings.config.log_level)
+    {
+        warn!(reason = %why, "SIGHUP: log_level not applied");
+    }
+    shared.replace_settings(settings);
+    if let (Some(tls), Some(pair)) = (&shared.tls.listener, pair) {
+        tls.present(pair);
+        info!("SIGHUP: reloaded tls.cert_file and tls.key_file");
+    }
+    if !kept.is_empty() {
+        warn!(
+            keys = %kept.join(", "),
+            "SIGHUP: these settings change only at a restart; they keep their running values"
+        );
+    }
+    info!(
+        changed = %changed.join(", "),
+        "SIGHUP: reloaded the configuration"
+    );
 }
 
 /// What came of a read bounded in time.

@@ -133,14 +133,14 @@ async fn wake_one(
         placement_wait: Duration::ZERO,
     };
     let ejected = core.upstreams.ejected_json();
-    let placement = match placement::resolve(store, &core.resolve_constants, &ejected, &ask).await?
-    {
-        Outcome::Forward(placement) => placement,
-        refusal => {
-            debug!(ns, id = %wake.id, outcome = refusal.name(), "wake waits");
-            return Ok(Woke::Pending);
-        }
-    };
+    let placement =
+        match placement::resolve(store, &core.live().settings.resolve, &ejected, &ask).await? {
+            Outcome::Forward(placement) => placement,
+            refusal => {
+                debug!(ns, id = %wake.id, outcome = refusal.name(), "wake waits");
+                return Ok(Woke::Pending);
+            }
+        };
     placement::tell_inherited_wind_down(store, ns, &wake.id, &placement).await?;
     let bucket = bucket_of(&wake.id, store.keys.shards());
     let worker = match &placement.worker {
@@ -150,7 +150,7 @@ async fn wake_one(
     let Some((url, secret)) = worker else {
         return Ok(Woke::Pending);
     };
-    let timeout = Duration::from_millis(config.verify_timeout_ms);
+    let timeout = Duration::from_millis(core.live().config().verify_timeout_ms);
     let tls = &core.shared.tls.workers;
     match call_wake(&url, tls, &secret, ns, &wake.id, &placement, timeout).await {
         Ok(StatusCode::OK) => {

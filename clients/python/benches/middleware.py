@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any
 
-import pinned
-from pinned.asgi import Message, Scope
+import pinboard_worker
+from pinboard_worker.asgi import Message, Scope
 
 
 def mint(secret: str, claims: dict[str, Any]) -> str:
@@ -38,8 +38,8 @@ async def app(scope: Scope, receive: Any, send: Any) -> None:
 
 
 async def rounds(requests: int) -> tuple[float, float]:
-    worker = pinned.Worker(
-        pinned.Config(
+    worker = pinboard_worker.Worker(
+        pinboard_worker.Config(
             registry="http://127.0.0.1:1",
             token="t",
             client_id="bench",

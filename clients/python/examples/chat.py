@@ -1,5 +1,5 @@
-"""A chat-room server on Starlette and pinned: each room `/rooms/{id}` is an instance that
-Pinboard places on exactly one worker, which keeps the room's members and last messages in
+"""A chat-room server on Starlette and pinboard_worker: each room `/rooms/{id}` is an instance
+that Pinboard places on exactly one worker, which keeps the room's members and last messages in
 memory.
 
     POST /rooms/{id}/messages    {"from": name, "text": text}: kept and sent to every member
@@ -12,10 +12,13 @@ evicted, wound down or left, its members told and closed with code 1012 (reconne
 Pinboard finds the room where it is now).
 
     PINNED_TOKEN=... python chat.py --registry http://127.0.0.1:8080
+    python chat.py --registry http://127.0.0.1:8080 --token-file /var/run/secrets/pinboard/token
 
 prints `listening ADDR advertise=URL`, then `registered session=ID` on every (re)registration.
-SIGTERM or SIGINT releases every room, deregisters and exits 0; superseded by a higher-epoch
-registration it exits 1; a configuration it cannot start with exits 2.
+It runs under `pinboard_worker.serve`: SIGTERM or SIGINT releases every room, deregisters and
+exits 0; superseded by a higher-epoch registration it exits 1; a configuration it cannot start
+with exits 2 (one the server cannot start with, 3); a credential the registry refused until
+the lease lapsed exits 4.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -34,14 +36,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeGuard
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-import pinned
+import pinboard_worker
 
 HISTORY = 50
 MAX_NAME = 64
@@ -69,11 +70,9 @@ class Room:
 class Chat:
     """The rooms this worker holds, by (namespace, id), and the ASGI app that serves them."""
 
-    def __init__(self, config: pinned.Config) -> None:
+    def __init__(self, config: pinboard_worker.Config) -> None:
         self.rooms: dict[tuple[str, str], Room] = {}
-        self.server: uvicorn.Server | None = None
-        self.superseded = False
-        self.worker = pinned.Worker(config, on_event=self.on_event)
+        self.worker = pinboard_worker.Worker(config, on_event=self.on_event)
         routes = [
             Route("/{id}/messages", self.read, methods=["GET"]),
             Route("/{id}/messages", self.post, methods=["POST"]),
@@ -84,7 +83,7 @@ class Chat:
             Starlette(routes=[Mount(ns, routes=routes) for ns in config.namespaces])
         )
 
-    async def room(self, inst: pinned.Instance) -> Room:
+    async def room(self, inst: pinboard_worker.Instance) -> Room:
         """The room a request is for. Placed here anew (`activated`), it starts empty: what
         memory holds of it is from an earlier placement, and may be behind. The epoch check
         also covers a placement whose first request got here only through another route (a
@@ -111,7 +110,7 @@ class Chat:
     # --- the routes, each under every namespace -----------------------------------------------
 
     async def read(self, request: Request) -> JSONResponse:
-        inst = pinned.instance(request)
+        inst = pinboard_worker.instance(request)
         room = await self.room(inst)
         return JSONResponse(
             {
@@ -124,7 +123,7 @@ class Chat:
         )
 
     async def post(self, request: Request) -> JSONResponse:
-        room = await self.room(pinned.instance(request))
+        room = await self.room(pinboard_worker.instance(request))
         try:
             body = await request.json()
         except ValueError:
@@ -138,16 +137,16 @@ class Chat:
         return JSONResponse(await self.say(room, name, text))
 
     async def leave(self, request: Request) -> JSONResponse:
-        inst = pinned.instance(request)
+        inst = pinboard_worker.instance(request)
         await self.drop(inst.ns, inst.id, "the room was closed")
         try:
             released = await self.worker.release(inst.ns, inst.id)
-        except pinned.CallError as why:
+        except pinboard_worker.CallError as why:
             return JSONResponse({"detail": str(why)}, 502)
         return JSONResponse({"released": released})
 
     async def join(self, ws: WebSocket) -> None:
-        inst = pinned.instance(ws)
+        inst = pinboard_worker.instance(ws)
         room = await self.room(inst)
         name = ws.query_params.get("name", "")
         if not valid(name, MAX_NAME):
@@ -174,28 +173,25 @@ class Chat:
 
     # --- the worker's events ----------------------------------------------------------------
 
-    async def on_event(self, worker: pinned.Worker, event: pinned.Event) -> None:
+    async def on_event(self, worker: pinboard_worker.Worker, event: pinboard_worker.Event) -> None:
         match event:
-            case pinned.Registered(session_id):
+            case pinboard_worker.Registered(session_id):
                 print(f"registered session={session_id}", flush=True)
-            case pinned.WindDown(message) if message.deadline is not None:
+            case pinboard_worker.WindDown(message) if message.deadline is not None:
                 # A room has nothing to hand over: give it up now rather than at the deadline.
                 await self.drop(message.ns, message.id, "the room is moving")
                 try:
                     await worker.release(message.ns, message.id)
-                except pinned.CallError as why:
+                except pinboard_worker.CallError as why:
                     log.warning("releasing %s/%s: %s", message.ns, message.id, why)
-            case pinned.WindDown(message):
+            case pinboard_worker.WindDown(message):
                 log.info("wind-down of %s/%s revoked", message.ns, message.id)
-            case pinned.Evicted(ns, id):
+            case pinboard_worker.Evicted(ns, id):
                 await self.drop(ns, id, "the room moved")
-            case pinned.Drain(draining, deadline):
+            case pinboard_worker.Drain(draining, deadline):
                 log.info("draining=%s deadline=%s", draining, deadline)
-            case pinned.Superseded(error):
+            case pinboard_worker.Superseded(error):
                 log.warning("superseded (%s): shutting down", error)
-                self.superseded = True
-                if self.server is not None:
-                    self.server.should_exit = True
 
 
 def valid(value: object, limit: int) -> TypeGuard[str]:
@@ -226,6 +222,7 @@ class Parser(argparse.ArgumentParser):
 FLAGS = [
     ("registry", None, "Pinboard's URL, with its base_path if it has one"),
     ("token", None, "a Passport credential with the pinboard:worker scope"),
+    ("token-file", None, "a file holding it, read again for every call (instead of --token)"),
     ("listen", "127.0.0.1:0", "host:port to serve on; port 0 picks a free one"),
     ("namespaces", "/rooms", "the namespaces served, comma-separated"),
     ("client-id", "chat", "this worker's name in Pinboard"),
@@ -235,16 +232,17 @@ FLAGS = [
 
 def parse_args() -> argparse.Namespace:
     """The flags, each defaulting to its environment variable `PINNED_*`, then to `FLAGS`."""
-    parser = Parser(description="A chat-room instance server on the pinned worker library.")
+    parser = Parser(description="A chat-room instance server on the pinboard_worker library.")
     for flag, default, about in FLAGS:
         var = "PINNED_" + flag.upper().replace("-", "_")
         parser.add_argument(
             f"--{flag}", default=os.environ.get(var, default), help=f"{about} ({var})"
         )
     args = parser.parse_args()
-    for flag in ("registry", "token"):
-        if not getattr(args, flag):
-            parser.error(f"--{flag} or PINNED_{flag.upper()} is required")
+    if not args.registry:
+        parser.error("--registry or PINNED_REGISTRY is required")
+    if not args.token and not args.token_file:
+        parser.error("--token (PINNED_TOKEN) or --token-file (PINNED_TOKEN_FILE) is required")
     return args
 
 
@@ -273,15 +271,16 @@ def main() -> int:
     try:
         sock, addr = bind(args.listen)
         chat = Chat(
-            pinned.Config(
+            pinboard_worker.Config(
                 registry=args.registry,
-                token=args.token,
+                token=args.token or None,
+                token_file=args.token_file or None,
                 client_id=args.client_id,
                 namespaces=args.namespaces.split(","),
                 advertise_url=args.advertise_url or f"http://{addr}",
             )
         )
-    except (OSError, ValueError) as why:  # pinned.ConfigError is a ValueError
+    except (OSError, ValueError) as why:  # pinboard_worker.ConfigError is a ValueError
         print(f"chat.py: {why}", file=sys.stderr)
         return 2
     print(f"listening {addr} advertise={chat.worker.advertise_url}", flush=True)
@@ -289,19 +288,9 @@ def main() -> int:
     # log_config=None: uvicorn logs through the root logger above (its own setup would print
     # access lines on stdout). The worker stops (releases, deregisters) at the lifespan's
     # shutdown, after the open connections: an open WebSocket may hold that up 5 s at most.
-    server = uvicorn.Server(uvicorn.Config(chat.app, log_config=None, timeout_graceful_shutdown=5))
-    chat.server = server
-
-    # uvicorn turns SIGINT and SIGTERM into that graceful shutdown, then raises the signal again
-    # for the handler it replaced. That one only asks for the same shutdown: a signal before
-    # uvicorn took over stops it as soon as it started, and the process exits 0 either way.
-    def stop(signum: int, frame: object) -> None:
-        server.should_exit = True
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, stop)
-    server.run(sockets=[sock])
-    return 1 if chat.superseded else 0
+    return pinboard_worker.serve(
+        chat.app, sockets=[sock], log_config=None, timeout_graceful_shutdown=5
+    )
 
 
 if __name__ == "__main__":

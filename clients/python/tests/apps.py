@@ -3,12 +3,16 @@
 Run as a script by `support.WorkerProcess`, configured by the environment:
 `PINNED_TEST_FD` (the listening socket to serve), `PINNED_TEST_APP` (`starlette`: the
 instrumented app below; `fastapi`: the README's minimal shape), `PINNED_TEST_REGISTRY`,
-`PINNED_TEST_TOKEN`, `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES` (comma-separated),
+`PINNED_TEST_SERVER` (`serve`: `pinboard_worker.serve`, the default; `uvicorn`: a plain
+`uvicorn.Server`, as `uvicorn module:app` runs it, which does not end when the worker stops),
+`PINNED_TEST_TOKEN` or `PINNED_TEST_TOKEN_FILE`, `PINNED_TEST_KEEP_ON_REFUSED` (set:
+`exit_on_refused_credential=False`), `PINNED_TEST_ADVERTISE`, `PINNED_TEST_NAMESPACES`
+(comma-separated),
 `PINNED_TEST_CLIENT_ID`, `PINNED_TEST_STORE` (a FileStore directory, optional),
 `PINNED_TEST_WAKE_WAIT`, `PINNED_TEST_CALL_TIMEOUT`, and for a hostname-aware registration
 `PINNED_TEST_HOSTNAME`, `PINNED_TEST_ENV` and `PINNED_TEST_EPOCH` (takeover `wind_down`).
 
-The Starlette app answers every instance request with what `pinned.instance(request)` says,
+The Starlette app answers every instance request with what `pinboard_worker.instance(request)` says,
 echoes on `/{ns}/{id}/ws`, and has test-only routes outside every namespace (the middleware
 hands them to the app untouched): `GET /_test/info` (the worker's session, secret, held
 instances, status, the events `on_event` got, the wakes `on_wake` got), `POST /_test/call`
@@ -34,7 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-import pinned
+import pinboard_worker
 
 
 class Recorder:
@@ -48,11 +52,14 @@ class Recorder:
         self.released.set()
         self.fail = False
 
-    async def on_event(self, worker: pinned.Worker, event: pinned.Event) -> None:
+    async def on_event(self, worker: pinboard_worker.Worker, event: pinboard_worker.Event) -> None:
         self.events.append(event_json(event))
 
     async def on_wake(
-        self, worker: pinned.Worker, instance: pinned.Instance, state: bytes | None
+        self,
+        worker: pinboard_worker.Worker,
+        instance: pinboard_worker.Instance,
+        state: bytes | None,
     ) -> None:
         self.wakes.append(
             {
@@ -68,24 +75,26 @@ class Recorder:
             raise RuntimeError("told to fail")
 
 
-def event_json(event: pinned.Event) -> dict[str, Any]:
-    if isinstance(event, pinned.WindDown):
+def event_json(event: pinboard_worker.Event) -> dict[str, Any]:
+    if isinstance(event, pinboard_worker.WindDown):
         return {"type": "WindDown", **dataclasses.asdict(event.message)}
     return {"type": type(event).__name__, **dataclasses.asdict(event)}
 
 
-def config() -> pinned.Config:
+def config() -> pinboard_worker.Config:
     env = os.environ
     store = env.get("PINNED_TEST_STORE")
     deploy_epoch = env.get("PINNED_TEST_EPOCH")
-    return pinned.Config(
+    return pinboard_worker.Config(
         registry=env["PINNED_TEST_REGISTRY"],
-        token=env["PINNED_TEST_TOKEN"],
+        token=env.get("PINNED_TEST_TOKEN"),
+        token_file=env.get("PINNED_TEST_TOKEN_FILE"),
+        exit_on_refused_credential="PINNED_TEST_KEEP_ON_REFUSED" not in env,
         client_id=env.get("PINNED_TEST_CLIENT_ID", "worker-1"),
         namespaces=env.get("PINNED_TEST_NAMESPACES", "/threads").split(","),
         advertise_url=env["PINNED_TEST_ADVERTISE"],
         call_timeout=float(env.get("PINNED_TEST_CALL_TIMEOUT", "5")),
-        durability=pinned.FileStore(store) if store else None,
+        durability=pinboard_worker.FileStore(store) if store else None,
         wake_wait=float(env.get("PINNED_TEST_WAKE_WAIT", "1")),
         hostname=env.get("PINNED_TEST_HOSTNAME"),
         env=env.get("PINNED_TEST_ENV"),
@@ -94,8 +103,8 @@ def config() -> pinned.Config:
     )
 
 
-def instance_json(request: Request | WebSocket, worker: pinned.Worker) -> dict[str, Any]:
-    room = pinned.instance(request)
+def instance_json(request: Request | WebSocket, worker: pinboard_worker.Worker) -> dict[str, Any]:
+    room = pinboard_worker.instance(request)
     return {
         "ns": room.ns,
         "id": room.id,
@@ -111,7 +120,7 @@ def instance_json(request: Request | WebSocket, worker: pinned.Worker) -> dict[s
     }
 
 
-def starlette_app(worker: pinned.Worker, recorder: Recorder) -> Starlette:
+def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlette:
     async def info(request: Request) -> JSONResponse:
         return JSONResponse(
             {
@@ -140,7 +149,7 @@ def starlette_app(worker: pinned.Worker, recorder: Recorder) -> Starlette:
                 result = await worker.cancel_wake(ns, id)
             else:
                 return JSONResponse({"unknown op": op}, status_code=400)
-        except pinned.CallError as e:
+        except pinboard_worker.CallError as e:
             return JSONResponse(
                 {
                     "error": type(e).__name__,
@@ -183,13 +192,13 @@ def starlette_app(worker: pinned.Worker, recorder: Recorder) -> Starlette:
     )
 
 
-def fastapi_app(worker: pinned.Worker) -> FastAPI:
-    """The README's shape: a plain FastAPI app whose handlers read `pinned.instance`."""
+def fastapi_app(worker: pinboard_worker.Worker) -> FastAPI:
+    """The README's shape: a plain FastAPI app whose handlers read `pinboard_worker.instance`."""
     api = FastAPI()
 
     @api.get("/threads/{id}")
     async def thread(id: str, request: Request) -> dict[str, Any]:
-        room = pinned.instance(request)
+        room = pinboard_worker.instance(request)
         return {"id": id, "ns": room.ns, "epoch": room.epoch, "fresh": room.activated}
 
     return api
@@ -201,18 +210,19 @@ def main() -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    logging.getLogger("pinned").setLevel(logging.DEBUG)
+    logging.getLogger("pinboard_worker").setLevel(logging.DEBUG)
     recorder = Recorder()
-    worker = pinned.Worker(config(), on_event=recorder.on_event, on_wake=recorder.on_wake)
+    worker = pinboard_worker.Worker(config(), on_event=recorder.on_event, on_wake=recorder.on_wake)
     if os.environ.get("PINNED_TEST_APP", "starlette") == "fastapi":
         app = worker.asgi(fastapi_app(worker))
     else:
         app = worker.asgi(starlette_app(worker, recorder))
     listener = socket.socket(fileno=int(os.environ["PINNED_TEST_FD"]))
-    server = uvicorn.Server(
-        uvicorn.Config(app, lifespan="on", log_level="info", timeout_graceful_shutdown=5)
-    )
-    server.run(sockets=[listener])
+    options: dict[str, Any] = {"log_level": "info", "timeout_graceful_shutdown": 5}
+    if os.environ.get("PINNED_TEST_SERVER", "serve") == "uvicorn":
+        uvicorn.Server(uvicorn.Config(app, lifespan="on", **options)).run(sockets=[listener])
+    else:
+        sys.exit(pinboard_worker.serve(app, sockets=[listener], **options))
 
 
 if __name__ == "__main__":

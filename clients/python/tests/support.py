@@ -196,6 +196,19 @@ def worker_token(sub: str = ACCOUNT) -> str:
     return token(sub, "pinboard:worker")
 
 
+def passport_token(exp: float, sub: str = ACCOUNT, scope: str = "pinboard:worker") -> str:
+    """What `token` mints, expiring at `exp` (seconds since the Unix epoch; the node allows 30 s
+    past it), signed by PyJWT: a short-lived credential."""
+    claims = {
+        "sub": sub,
+        "scope": scope,
+        "iat": int(time.time()),
+        "exp": int(exp),
+        "pinboard": {"namespaces": ["*"], "allowedBackendHosts": ["127.0.0.1"]},
+    }
+    return jwt.encode(claims, SECRET.encode(), algorithm="HS256")
+
+
 def operator_token(sub: str = ACCOUNT) -> str:
     return token(sub, "pinboard:operator")
 
@@ -405,11 +418,13 @@ class Node:
 
 @dataclass(frozen=True)
 class Call:
-    """A registry call the proxy saw: the request body, and what it answered (`status` None
-    when it dropped the connection), and whether the answer was injected."""
+    """A registry call the proxy saw: the request body and the bearer token it carried, and
+    what it answered (`status` None when it dropped the connection), and whether the answer
+    was injected."""
 
     route: str
     body: Any
+    bearer: str | None
     status: int | None
     answer: Any
     injected: bool
@@ -516,9 +531,10 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         route = path.removeprefix("/registry/")
         body = _json_or_none(raw)
+        bearer = (self.headers.get("authorization") or "").removeprefix("Bearer ") or None
         rule = proxy._take(route)
         if rule is not None and rule.status is None:
-            proxy._record(Call(route, body, None, None, True, time.monotonic()))
+            proxy._record(Call(route, body, bearer, None, None, True, time.monotonic()))
             self.close_connection = True
             return
         if rule is not None:
@@ -528,11 +544,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             try:
                 status, data = self._forward(method, raw)
             except OSError:
-                proxy._record(Call(route, body, None, None, False, time.monotonic()))
+                proxy._record(Call(route, body, bearer, None, None, False, time.monotonic()))
                 self.close_connection = True
                 return
             injected = False
-        proxy._record(Call(route, body, status, _json_or_none(data), injected, time.monotonic()))
+        proxy._record(
+            Call(route, body, bearer, status, _json_or_none(data), injected, time.monotonic())
+        )
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -627,7 +645,10 @@ class WorkerProcess:
         log: Path,
         *,
         token: str | None = None,
+        token_file: Path | None = None,
+        exit_on_refused_credential: bool = True,
         app: str = "starlette",
+        server: str = "serve",
         namespaces: Iterable[str] = ("/threads", "/docs"),
         client_id: str = "worker-1",
         store: Path | None = None,
@@ -635,8 +656,10 @@ class WorkerProcess:
         call_timeout: float = 5.0,
         deployment: tuple[str, str, int] | None = None,
     ) -> None:
-        """`deployment`: hostname, env and epoch of a hostname-aware registration (takeover
-        `wind_down`)."""
+        """`server`: `serve` (`pinboard_worker.serve`) or `uvicorn` (plain). `token_file`: the
+        credential read from that file instead of `token` (by default
+        `worker_token()`). `deployment`: hostname, env and epoch of a hostname-aware
+        registration (takeover `wind_down`)."""
         self.log_path = log
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
@@ -648,8 +671,8 @@ class WorkerProcess:
             {
                 "PINNED_TEST_FD": str(listener.fileno()),
                 "PINNED_TEST_APP": app,
+                "PINNED_TEST_SERVER": server,
                 "PINNED_TEST_REGISTRY": registry,
-                "PINNED_TEST_TOKEN": token or worker_token(),
                 "PINNED_TEST_ADVERTISE": self.url,
                 "PINNED_TEST_NAMESPACES": ",".join(namespaces),
                 "PINNED_TEST_CLIENT_ID": client_id,
@@ -658,6 +681,12 @@ class WorkerProcess:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if token_file is not None:
+            env["PINNED_TEST_TOKEN_FILE"] = str(token_file)
+        else:
+            env["PINNED_TEST_TOKEN"] = token or worker_token()
+        if not exit_on_refused_credential:
+            env["PINNED_TEST_KEEP_ON_REFUSED"] = "1"
         if store is not None:
             env["PINNED_TEST_STORE"] = str(store)
         if deployment is not None:
@@ -784,12 +813,12 @@ class WorkerProcess:
         return self.proc.wait(timeout)
 
     def stop_gracefully(self, timeout: float = 30) -> None:
-        """SIGTERM, as an orchestrator stops it: the process exits within `timeout` after
-        uvicorn's whole shutdown (the app's lifespan shutdown included). uvicorn re-raises
-        the signal it caught once it is done, so the exit status is 0 or -SIGTERM."""
+        """SIGTERM, as an orchestrator stops it: the process exits 0 (`pinboard_worker.serve`)
+        within `timeout` after uvicorn's whole shutdown (the app's lifespan shutdown
+        included)."""
         self.terminate()
         code = self.wait(timeout)
-        assert code in (0, -signal.SIGTERM), f"exit status {code}:\n{self.log()}"
+        assert code == 0, f"exit status {code}:\n{self.log()}"
         assert "Application shutdown complete" in self.log(), self.log()
 
     def kill(self) -> None:

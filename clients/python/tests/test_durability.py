@@ -23,7 +23,7 @@ from support import (
     wake_key,
 )
 
-import pinned
+import pinboard_worker
 
 
 def _wake(worker: WorkerProcess, id: str, epoch: str, purpose: str = "wake") -> httpx.Response:
@@ -33,7 +33,7 @@ def _wake(worker: WorkerProcess, id: str, epoch: str, purpose: str = "wake") -> 
 def test_wake_hydrates_from_the_store(
     node: Node, start_worker: StartWorker, tmp_path: Path
 ) -> None:
-    store = pinned.FileStore(tmp_path / "store")
+    store = pinboard_worker.FileStore(tmp_path / "store")
     store.save("/threads", "a", b"saved")
     worker = start_worker(node.url, store=store.dir, wake_wait=0.3)
 
@@ -97,7 +97,7 @@ def test_schedule_wake_writes_the_nodes_schedule_and_the_sweep_wakes(
     redis: Redis, start_node: StartNode, start_worker: StartWorker, tmp_path: Path
 ) -> None:
     node = start_node(env={"PINBOARD_SWEEP_INTERVAL_MS": "100"})
-    store = pinned.FileStore(tmp_path / "store")
+    store = pinboard_worker.FileStore(tmp_path / "store")
     store.save("/threads", "a", b"saved")
     worker = start_worker(node.url, store=store.dir)
     in_an_hour = time.time() + 3600

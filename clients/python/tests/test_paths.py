@@ -23,8 +23,8 @@ from support import (
     shared_inputs,
 )
 
-import pinned
-from pinned.asgi import Message, Scope, splits_when_decoded
+import pinboard_worker
+from pinboard_worker.asgi import Message, Scope, splits_when_decoded
 
 SPLITTING = shared_inputs("paths-that-split.json")
 
@@ -53,15 +53,17 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-def _worker() -> pinned.Worker:
+def _worker() -> pinboard_worker.Worker:
     """A worker as after a registration (session `s-1`, a live lease), with no registry."""
-    worker = pinned.Worker(pinned.Config(**SETTINGS))
+    worker = pinboard_worker.Worker(pinboard_worker.Config(**SETTINGS))
     worker.state.session = "s-1"
     worker.state.lease_until = time.monotonic() + 3600
     return worker
 
 
-def _call(worker: pinned.Worker, raw: bytes, *, with_raw_path: bool = True) -> tuple[int, bytes]:
+def _call(
+    worker: pinboard_worker.Worker, raw: bytes, *, with_raw_path: bool = True
+) -> tuple[int, bytes]:
     """The middleware's answer to an attested `GET` of raw path `raw`, as uvicorn gives it:
     `path` decoded, `raw_path` as sent (or none, as some servers give)."""
     called: list[Scope] = []

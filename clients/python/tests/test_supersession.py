@@ -2,7 +2,9 @@
 and namespace at a higher epoch rebinds it to another env, and the older worker's next
 heartbeat gets 409 `superseded`. The worker then stops for good: `Superseded` reaches the app,
 its instances are refused (503 `lease-unhealthy`, held or fresh), and it neither heartbeats nor
-registers again (the fault proxy counts its registry calls)."""
+registers again (the fault proxy counts its registry calls). That worker runs under plain
+uvicorn, which goes on serving (refusals); a second one of the old deployment, under
+`pinboard_worker.serve`, exits 1."""
 
 from __future__ import annotations
 
@@ -19,7 +21,12 @@ def test_a_higher_epoch_registration_supersedes_this_one(
 ) -> None:
     node = start_node(env={"PINBOARD_HOSTNAME_AWARE": "true"})
     proxy = start_proxy(node)
-    old = start_worker(proxy.url, namespaces=["/threads"], deployment=(HOSTNAME, "blue", 1))
+    old = start_worker(
+        proxy.url, namespaces=["/threads"], deployment=(HOSTNAME, "blue", 1), server="uvicorn"
+    )
+    served = start_worker(
+        node.url, namespaces=["/threads"], client_id="worker-3", deployment=(HOSTNAME, "blue", 1)
+    )
     info = old.info()
     assert old.forward("/threads/t1", "5", info=info).json()["activated"] is True
 
@@ -44,3 +51,4 @@ def test_a_higher_epoch_registration_supersedes_this_one(
     assert len(proxy.calls()) == calls, [c.route for c in proxy.calls()[calls:]]
     assert len(old.events("Registered")) == 1
     assert old.info()["status"]["superseded"] is True
+    assert served.wait(30) == 1, served.log()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support import shared_inputs, sign
 
-from pinned.attestation import Attestation, Binding, InvalidAttestation, Key, verify
+from pinboard_worker.attestation import Attestation, Binding, InvalidAttestation, Key, verify
 
 SECRET = b"0123456789abcdef" * 4
 AUD = "sess-1"

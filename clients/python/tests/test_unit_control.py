@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 
-from pinned.config import Config
-from pinned.control import HEARTBEAT_BACKOFF, REGISTER_BACKOFF, Backoff, Control, _wind_down
-from pinned.held import Gate
-from pinned.registry import Registry
-from pinned.state import State
-from pinned.types import Drain, Event, Evicted, Message, Registered, WindDown
+from pinboard_worker.config import Config
+from pinboard_worker.control import (
+    HEARTBEAT_BACKOFF,
+    REGISTER_BACKOFF,
+    Backoff,
+    Control,
+    _wind_down,
+)
+from pinboard_worker.credential import Credential
+from pinboard_worker.held import Gate
+from pinboard_worker.registry import Registry
+from pinboard_worker.state import State
+from pinboard_worker.types import Drain, Event, Evicted, Message, Registered, WindDown
 
 
 @pytest.mark.parametrize(
@@ -71,7 +78,7 @@ class Harness:
         )
         self.state = State(self.config, self.config.validate())
         self.events: list[Event] = []
-        registry = Registry(self.config.registry, "t", 1.0, None)
+        registry = Registry(self.config.registry, Credential("t", None), 1.0, None)
         self.control = Control(
             self.state, registry, self.events.append, asyncio.Event(), "http://127.0.0.1:2"
         )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support import shared_inputs
 
-from pinned.durable import DONE_KEPT, Begin, DurabilityStore, FileStore, Wakes, file_name
+from pinboard_worker.durable import DONE_KEPT, Begin, DurabilityStore, FileStore, Wakes, file_name
 
 
 def test_the_file_store_round_trips_state_and_wakes(tmp_path: Path) -> None:

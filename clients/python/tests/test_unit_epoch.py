@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pinned.epoch import order, parse
+from pinboard_worker.epoch import order, parse
 
 HUGE = "9" * 5000
 """Past Python's 4300-digit int-conversion limit."""

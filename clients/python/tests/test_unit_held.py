@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pinned.config import Config
-from pinned.held import GONE_FOR, Admission, Gate, HeldMap
-from pinned.state import State
+from pinboard_worker.config import Config
+from pinboard_worker.held import GONE_FOR, Admission, Gate, HeldMap
+from pinboard_worker.state import State
 
 OPEN = Gate(superseded=False, lease=True, activations=True)
 NOW = 1000.0

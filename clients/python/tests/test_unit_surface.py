@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pinned import Config, ConfigError, Worker
-from pinned.asgi import header_values, query_param, split_instance
+from pinboard_worker import Config, ConfigError, Worker
+from pinboard_worker.asgi import header_values, query_param, split_instance
 
 NAMESPACES = ["/threads", "/docs"]
 

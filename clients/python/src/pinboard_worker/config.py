@@ -17,12 +17,18 @@ class ConfigError(ValueError):
     """A setting the worker cannot start with; the message names it."""
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Config:
+    """Every setting is given by name."""
+
     registry: str
     """Pinboard's URL, with its `base_path` if it has one (`http://10.0.0.1:8080/edge`)."""
-    token: str
-    """A Passport credential with the `pinboard:worker` scope."""
+    token: str | None = None
+    """A Passport credential with the `pinboard:worker` scope; or `token_file`, not both."""
+    token_file: str | None = None
+    """A file holding that credential, read again before every registry call (a Kubernetes
+    projected service-account token, a Vault agent's sink): a token renewed there is used from
+    the next call on. A file that cannot be read or holds no token keeps the last one read."""
     client_id: str
     namespaces: list[str]
     """The namespaces served, each `/` plus one segment (`/threads`)."""
@@ -43,6 +49,11 @@ class Config:
     """A store for durable instances: mounts `POST /{ns}/{id}/_wake`."""
     wake_wait: float = 1.0
     """Seconds a `_wake` waits for the `on_wake` hook before answering 202."""
+    exit_on_refused_credential: bool = True
+    """A heartbeat refused 401 or 403 is retried with the same session (the token file may be
+    fixed meanwhile), but once the lease lapsed while refused the worker stops: it serves no
+    instance, logs the refusal, and `Worker.run()`/`wait_stopped()` raise `CredentialRefused`
+    (`pinboard_worker.serve` exits non-zero). False: it keeps retrying for as long as it runs."""
 
     def validate(self) -> str:
         """Checks every setting; the advertise URL's own path (Pinboard prefixes it to every
@@ -50,8 +61,10 @@ class Config:
         registry = urllib.parse.urlsplit(self.registry)
         if registry.scheme not in ("http", "https") or not registry.hostname:
             raise ConfigError(f"registry: {self.registry!r} is not an http or https URL")
-        if not self.token:
-            raise ConfigError("token: empty")
+        if self.token is not None and self.token_file is not None:
+            raise ConfigError("token, token_file: one of them, not both")
+        if self.token is None and self.token_file is None:
+            raise ConfigError("token, token_file: one of them is needed")
         if not self.client_id:
             raise ConfigError("client_id: empty")
         if not self.namespaces:

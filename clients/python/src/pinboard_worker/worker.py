@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .config import Config
-from .control import Control
+from .control import Control, CredentialRefused
+from .credential import Credential
 from .durable import DurabilityStore, Wakes
 from .registry import CallError, NoSession, NoStore, NotHeld, Registry
 from .state import State
@@ -26,7 +27,7 @@ from .types import Event, Instance, Message, Status
 if TYPE_CHECKING:
     from .asgi import ASGIApp, PinnedMiddleware
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 EventHook = Callable[["Worker", Event], Awaitable[None]]
 WakeHook = Callable[["Worker", Instance, "bytes | None"], Awaitable[None]]
@@ -51,7 +52,8 @@ class Worker:
     """A worker of `config`: `on_event(worker, event)` gets `Registered`, `WindDown`,
     `Evicted`, `Drain` and `Superseded`, in order and off the heartbeat path; with
     `config.durability`, `on_wake(worker, instance, state)` gets each `_wake` of the node's
-    durability sweep. Raises `ConfigError` naming a bad setting."""
+    durability sweep. Raises `ConfigError` naming a bad setting (a token file that cannot be
+    read included)."""
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class Worker:
         on_wake: WakeHook | None = None,
     ) -> None:
         base = config.validate()
+        self._credential = Credential(config.token, config.token_file)
         self.config = config
         self._state = State(config, base)
         self.advertise_url = config.advertise_url.rstrip("/")
@@ -74,6 +77,10 @@ class Worker:
         self._task: asyncio.Task[None] | None = None
         self._delivery: asyncio.Task[None] | None = None
         self._registered = asyncio.Event()
+        self._ended = asyncio.Event()
+        """Set once the worker stopped on its own (superseded, credential refused) or was
+        stopped and left."""
+        self._refused: CredentialRefused | None = None
 
     # --- lifetime -----------------------------------------------------------------------
 
@@ -84,7 +91,7 @@ class Worker:
             return
         self._registry = Registry(
             self.config.registry,
-            self.config.token,
+            self._credential,
             self.config.call_timeout,
             self.config.registry_ca_file,
         )
@@ -105,6 +112,20 @@ class Worker:
                 await asyncio.wait_for(self._delivery, EVENTS_DRAIN)
         if self._registry is not None:
             await self._registry.close()
+
+    async def run(self) -> None:
+        """Starts the worker (unless started) and returns once it stopped: after `stop()`, or
+        superseded by a higher-epoch registration. Raises `CredentialRefused` when it stopped
+        because the registry refused its credential until its lease lapsed."""
+        await self.start()
+        await self.wait_stopped()
+
+    async def wait_stopped(self) -> None:
+        """`run()` without starting the worker: until it stopped (the ASGI lifespan starts and
+        stops it). Raises `CredentialRefused` as `run()` does."""
+        await self._ended.wait()
+        if self._refused is not None:
+            raise self._refused
 
     async def wait_registered(self, timeout: float | None = None) -> str:
         """Until the worker holds a session (or `asyncio.TimeoutError`): the session."""
@@ -237,12 +258,19 @@ class Worker:
         try:
             await self._until_listening()
             await control.lifecycle()
-            # Superseded (or stopped): nothing left to do with the registry until the stop.
+            if not self._stop.is_set():
+                self._ended.set()  # superseded: stopped on its own
+            # Nothing left to do with the registry until the stop.
             await self._stop.wait()
             if self._graceful:
                 await control.leave()
+        except CredentialRefused as refused:
+            # Nothing to release or deregister: those calls would be refused too.
+            self._refused = refused
         except Exception:
-            log.exception("pinned control task failed")
+            log.exception("pinboard_worker control task failed")
+        finally:
+            self._ended.set()
 
     async def _until_listening(self) -> None:
         """Until the advertise URL accepts a TCP connection, for `LISTEN_WAIT` at most (a

@@ -12,7 +12,9 @@ from typing import Any
 
 import httpx
 
-log = logging.getLogger("pinned")
+from .credential import Credential
+
+log = logging.getLogger("pinboard_worker")
 
 MAX_ANSWER = 8 * 1024 * 1024
 """Largest registry answer read. Answers are small; register's `duplicates` is the largest."""
@@ -75,13 +77,15 @@ class BadAnswer(CallError):
 
 
 class Registry:
-    def __init__(self, url: str, token: str, timeout: float, ca_file: str | None) -> None:
+    def __init__(
+        self, url: str, credential: Credential, timeout: float, ca_file: str | None
+    ) -> None:
         verify: ssl.SSLContext | bool = True
         if ca_file is not None:
             verify = ssl.create_default_context()
             verify.load_verify_locations(cafile=ca_file)
+        self._credential = credential
         self._client = httpx.AsyncClient(
-            headers={"authorization": f"Bearer {token}"},
             timeout=timeout,
             verify=verify,
             follow_redirects=False,
@@ -94,9 +98,11 @@ class Registry:
 
     async def post(self, route: str, body: Any) -> dict[str, Any]:
         """`POST /registry/{route}` with `body`; the answer's object on a 2xx."""
+        # The credential as it is now: a token file renewed meanwhile is sent from this call on.
+        authorization = {"authorization": f"Bearer {self._credential.current()}"}
         try:
             async with self._client.stream(
-                "POST", f"{self._base}/registry/{route}", json=body
+                "POST", f"{self._base}/registry/{route}", json=body, headers=authorization
             ) as answer:
                 raw = bytearray()
                 async for chunk in answer.aiter_bytes():

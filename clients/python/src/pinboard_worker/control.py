@@ -9,7 +9,9 @@ The spec's three rules for this worker, each where it is decided:
   answered `reregister` returns that error to its caller and changes nothing here;
 - it gives up on release and deregister after three tries (`leave`, `Registry.post_thrice`);
 - it retries a heartbeat 403 with the same session (`heartbeats`: every failure but
-  `reregister` and `superseded` is retried).
+  `reregister` and `superseded` is retried). With `Config.exit_on_refused_credential` a 401 or
+  403 stops being retried only once the lease lapsed meanwhile (`CredentialRefused`): the
+  session is gone by then, and a worker that cannot renew must not linger unseen.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from .registry import CallError, Refused, Registry
 from .state import State
 from .types import Drain, Event, Evicted, Message, Registered, Superseded, WindDown
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 REGISTER_BACKOFF = (0.5, 30.0)
 HEARTBEAT_BACKOFF = (0.5, 5.0)
@@ -49,6 +51,20 @@ class Backoff:
         window = self._window
         self._window = min(window * 2, self._ceiling)
         return window / 2 + random.random() * window / 2
+
+
+class CredentialRefused(Exception):
+    """The registry refused the worker's credential (401 or 403) on every heartbeat until its
+    lease lapsed, so the worker stopped (`Config.exit_on_refused_credential`)."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(
+            f"the registry refused this worker's credential until its lease lapsed: "
+            f"{status} {error}"
+        )
+        self.status = status
+        self.error = error
+        """The node's error string (`unauthorized`, ...)."""
 
 
 class Reregister(Exception):
@@ -178,7 +194,8 @@ class Control:
 
     async def heartbeats(self, lease: float) -> bool:
         """Heartbeats every lease/3. False when stopped or superseded; raises `Reregister`
-        when the registry lost the session."""
+        when the registry lost the session, `CredentialRefused` when it refused the credential
+        until the lease lapsed."""
         wait = lease / 3
         backoff = Backoff(HEARTBEAT_BACKOFF)
         while True:
@@ -227,10 +244,33 @@ class Control:
                 state.held.forget_all(time.monotonic())
                 self.emit(Superseded(error=result.error))
                 return False
+            elif (
+                isinstance(result, Refused)
+                and result.status in (401, 403)
+                and state.config.exit_on_refused_credential
+                and not state.lease_healthy()
+            ):
+                self.refused(session, result)
             else:
                 # A 403 included: this worker retries it with the same session.
                 log.warning("heartbeat of session %s failed; retrying: %s", session, result)
             wait = min(backoff.next(), lease / 3)
+
+    def refused(self, session: str, refusal: Refused) -> NoReturn:
+        """Stops for good on a credential refused past the lease: nothing is served from here
+        on (the registry may have placed every instance elsewhere), nothing is called."""
+        state = self.state
+        state.stopping = True
+        state.lease_until = None
+        state.held.forget_all(time.monotonic())
+        log.error(
+            "stopping: heartbeat of session %s refused %d %r until the lease lapsed; the "
+            "registry does not accept this worker's credential (token or token_file)",
+            session,
+            refusal.status,
+            refusal.error,
+        )
+        raise CredentialRefused(refusal.status, refusal.error)
 
     def renewed(self, answer: dict[str, Any], sent: float, lease: float) -> None:
         """Takes in a successful heartbeat answer."""

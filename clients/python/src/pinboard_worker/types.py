@@ -11,7 +11,8 @@ from .attestation import Attestation
 
 @dataclass(frozen=True)
 class Instance:
-    """The instance an admitted request is for; `scope["pinned"]` (see `pinned.instance`)."""
+    """The instance an admitted request is for: `scope["pinned"]`, which
+    `pinboard_worker.instance(request)` reads."""
 
     ns: str
     """The namespace, with its leading `/` (`/threads`)."""

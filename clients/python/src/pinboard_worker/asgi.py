@@ -8,7 +8,7 @@ under any ASGI server (uvicorn, hypercorn, ...), Starlette and FastAPI apps incl
 - `/{ns}/{id}{rest}` for a registered namespace, HTTP or WebSocket: the attestation (a
   `forward` token, bound to this `{ns}/{id}` and epoch), `Pinboard-Epoch` (digits, exactly one),
   the epoch guard (stale refused) and, for a new activation, a live lease; then the app gets it
-  with `scope["pinned"]` set to the `Instance` (`pinned.instance(request)`).
+  with `scope["pinned"]` set to the `Instance` (`pinboard_worker.instance(request)`).
 - `POST /{ns}/{id}/_wake` (a `wake` token), only with a durability store: the `on_wake` hook.
 - Everything else goes to the app untouched (its own health checks, say): no instance there.
 - The lifespan: the worker starts registering at startup and leaves gracefully at shutdown.
@@ -37,7 +37,7 @@ from .types import Instance
 if TYPE_CHECKING:
     from .worker import Worker
 
-log = logging.getLogger("pinned")
+log = logging.getLogger("pinboard_worker")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -377,7 +377,7 @@ class PinnedMiddleware:
             if received:
                 raise
             # The app does not speak lifespan (it refused the scope before reading it).
-            log.debug("the app refused the lifespan scope; pinned answers it")
+            log.debug("the app refused the lifespan scope; the middleware answers it")
         else:
             if received:
                 return
