@@ -211,12 +211,23 @@ fn forged_absent_and_replayed_attestations_are_refused() {
             .status,
         200
     );
-    // A path that splits when decoded never reaches a router that decodes.
-    let split = fleet.attested("/threads/a/..%2Fb", "/threads/a", "1", &secret);
-    assert_eq!(
-        (split.status, split.text().as_str()),
-        (400, "invalid instance path")
-    );
+    // A path that splits when decoded never reaches a router that decodes: the list both
+    // worker libraries are held to (pinned/tests/data).
+    let shared: Vec<String> = serde_json::from_str(include_str!(
+        "../../pinned/tests/data/paths-that-split.json"
+    ))
+    .unwrap();
+    for rest in &shared {
+        let split = fleet.attested(&format!("/threads/b{rest}"), "/threads/b", "1", &secret);
+        assert_eq!(
+            (split.status, split.text().as_str()),
+            (400, "invalid instance path"),
+            "{rest:?}"
+        );
+    }
+    // Encoded bytes that decode to no separator are the service's.
+    let plain = fleet.attested("/threads/b/x%20y/%41/a.b", "/threads/b", "1", &secret);
+    assert_eq!(plain.status, 200, "{}", plain.text());
 }
 
 #[test]
