@@ -16,11 +16,12 @@ use axum::{Extension, Json, Router};
 use pinboard_protocol::worker::mint::{SECRET, mint_forward};
 use pinned_tower::{Config, Event, Events, Instance, Worker};
 use serde_json::{Value, json};
-use support::http::{Client, Reply, get as http_get, post_json};
+use support::http::{Client, Reply, get as http_get};
 use support::layout::end_cold_start;
 use support::node::{Node, eventually, token};
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
+use support::workers;
 
 const LEASE: Duration = Duration::from_millis(2000);
 const ACCOUNT: &str = "acct-1";
@@ -118,18 +119,9 @@ impl Fleet {
         )
     }
 
-    /// A heartbeat for the worker's session sent by the test itself: its status.
+    /// A heartbeat for `session` sent by the test itself with `token`.
     fn heartbeat(&self, session: &str, token: &str) -> Reply {
-        let body = json!({
-            "sessionId": session, "headroom": 1, "draining": false,
-            "challenge": "c", "challengeValue": "v",
-        });
-        post_json(
-            self.node.addr,
-            "/registry/heartbeat",
-            Some(token),
-            &body.to_string(),
-        )
+        workers::heartbeat(self.node.addr, session, token)
     }
 
     /// The events received so far.

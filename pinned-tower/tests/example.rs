@@ -9,15 +9,16 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use support::http::{get, post_json};
+use support::http::get;
 use support::layout::end_cold_start;
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
+use support::workers;
 
 /// `target/debug/examples/axum`, beside the test executable's `deps/`.
 fn example() -> PathBuf {
@@ -70,18 +71,8 @@ impl Example {
 
     /// The exit code, once it exits within `limit` (the test fails otherwise).
     fn exit_code(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the example did not exit:\n{}",
-                self.output.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let output = &self.output;
+        workers::exit_code(&mut self.child, limit, "the axum example", || output.log())
     }
 }
 
@@ -93,18 +84,8 @@ impl Drop for Example {
 }
 
 fn heartbeat_status(node: &Node, session: &str) -> u16 {
-    let body = json!({
-        "sessionId": session, "headroom": 1, "draining": false,
-        "challenge": "c", "challengeValue": "v",
-    });
     let token = token("acct-1", &["pinboard:worker"], &["*"]);
-    post_json(
-        node.addr,
-        "/registry/heartbeat",
-        Some(&token),
-        &body.to_string(),
-    )
-    .status
+    workers::heartbeat(node.addr, session, &token).status
 }
 
 #[test]

@@ -11,18 +11,18 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pinboard::store::bucket_of;
 use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
-use support::eventually;
 use support::http::{Client, get, post_json};
 use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
+use support::{eventually, workers};
 
 struct Example {
     child: Child,
@@ -115,14 +115,10 @@ impl Example {
 
     /// The exit code, once it exits within `limit` (the test fails otherwise).
     fn exit_code(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "pinned-example did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = self.log.clone();
+        workers::exit_code(&mut self.child, limit, "pinned-example", || {
+            log.lock().unwrap().join("\n")
+        })
     }
 }
 
@@ -134,18 +130,8 @@ impl Drop for Example {
 }
 
 fn heartbeat_status(node: &Node, session: &str) -> u16 {
-    let body = json!({
-        "sessionId": session, "headroom": 1, "draining": false,
-        "challenge": "c", "challengeValue": "v",
-    });
     let token = token("acct-1", &["pinboard:worker"], &["*"]);
-    post_json(
-        node.addr,
-        "/registry/heartbeat",
-        Some(&token),
-        &body.to_string(),
-    )
-    .status
+    workers::heartbeat(node.addr, session, &token).status
 }
 
 #[test]

@@ -22,7 +22,7 @@ use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
-use support::{attestation, block_on, eventually, registered};
+use support::{attestation, block_on, eventually, registered, workers};
 
 const LEASE_MS: u64 = 2000;
 const LEASE: Duration = Duration::from_millis(LEASE_MS);
@@ -105,17 +105,8 @@ impl Fleet {
 
     /// A heartbeat for `session` sent by the test itself.
     fn heartbeat(&self, session: &str) -> Reply {
-        let body = json!({
-            "sessionId": session, "headroom": 1, "draining": false,
-            "challenge": "c", "challengeValue": "v",
-        });
         let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
-        post_json(
-            self.node.addr,
-            "/registry/heartbeat",
-            Some(&token),
-            &body.to_string(),
-        )
+        workers::heartbeat(self.node.addr, session, &token)
     }
 }
 
@@ -476,16 +467,7 @@ fn a_replaced_token_file_keeps_the_worker_registered_past_the_first_tokens_expir
 
     // Several leases past the first token's end: by then the node refuses it.
     std::thread::sleep(expires.saturating_duration_since(Instant::now()) + 3 * LEASE);
-    let body = json!({
-        "sessionId": session, "headroom": 1, "draining": false,
-        "challenge": "c", "challengeValue": "v",
-    });
-    let refused = post_json(
-        fleet.node.addr,
-        "/registry/heartbeat",
-        Some(first.trim()),
-        &body.to_string(),
-    );
+    let refused = workers::heartbeat(fleet.node.addr, &session, first.trim());
     assert_eq!(refused.status, 401, "{}", refused.text());
     // The worker heartbeats with the token it read again: the same session, a live lease.
     let renewed = eventually(3 * LEASE, || handle.status().lease_healthy);

@@ -14,3 +14,5 @@ pub mod process;
 pub mod redis;
 #[path = "../../../pinned/tests/support/tokens.rs"]
 pub mod tokens;
+#[path = "../../../pinned/tests/support/workers.rs"]
+pub mod workers;

@@ -7,8 +7,7 @@
 pub mod certs;
 #[path = "../../../tests/support/http.rs"]
 pub mod http;
-/// The node's Redis layout as the worker tests write it, and worker credentials that expire or
-/// rotate; `pinned-tower`'s tests share both.
+/// The node's Redis layout as the worker tests write it; shared with `pinned-tower`'s tests.
 pub mod layout;
 #[path = "../../../tests/support/node.rs"]
 pub mod node;
@@ -16,7 +15,10 @@ pub mod node;
 pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
+/// Worker credentials that expire or rotate; shared with `pinned-tower`'s tests.
 pub mod tokens;
+/// A heartbeat for a worker's session, a worker process's exit; shared with `pinned-tower`.
+pub mod workers;
 
 use std::future::Future;
 use std::time::Duration;
