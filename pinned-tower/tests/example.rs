@@ -83,11 +83,6 @@ impl Drop for Example {
     }
 }
 
-fn heartbeat_status(node: &Node, session: &str) -> u16 {
-    let token = token("acct-1", &["pinboard:worker"], &["*"]);
-    workers::heartbeat(node.addr, session, &token).status
-}
-
 #[test]
 fn counts_through_the_node_and_deregisters_on_sigterm() {
     let redis = RedisServer::start();
@@ -115,7 +110,7 @@ fn counts_through_the_node_and_deregisters_on_sigterm() {
     );
     assert_eq!(example.exit_code(Duration::from_secs(20)), Some(0));
     assert_eq!(
-        heartbeat_status(&node, &example.session),
+        workers::session_status(&node, "acct-1", &example.session),
         409,
         "{}",
         node.log()

@@ -129,23 +129,21 @@ impl Drop for Example {
     }
 }
 
-fn heartbeat_status(node: &Node, session: &str) -> u16 {
-    let token = token("acct-1", &["pinboard:worker"], &["*"]);
-    workers::heartbeat(node.addr, session, &token).status
-}
-
 #[test]
 fn registers_then_deregisters_on_sigterm() {
     let redis = RedisServer::start();
     let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "3000")]);
     let mut example = Example::start(&node, &["--driver", "epoll"]);
-    assert_eq!(heartbeat_status(&node, &example.session), 200);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        200
+    );
     // Unattested requests are refused by the library before the example sees them.
     assert_eq!(get(example.addr, "/threads/a/count", None).status, 403);
 
     assert_eq!(example.terminate(), Some(0));
     assert_eq!(
-        heartbeat_status(&node, &example.session),
+        workers::session_status(&node, "acct-1", &example.session),
         409,
         "{}",
         node.log()
@@ -203,7 +201,10 @@ fn counts_and_echoes_through_the_node() {
     assert_ne!(fresh["epoch"], second["epoch"]);
 
     assert_eq!(example.terminate(), Some(0));
-    assert_eq!(heartbeat_status(&node, &example.session), 409);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        409
+    );
 }
 
 /// POSTs through the node after 6 s without traffic (longer than uvicorn's and Node's 5 s
@@ -434,7 +435,10 @@ fn a_token_file_that_expires_unreplaced_exits_4_with_the_reason() {
     replace_token(&file, &expiring_worker_token("acct-1", valid));
     let path = file.to_str().unwrap();
     let mut example = Example::launch(&node, "example-1", &[], &[("PINNED_TOKEN_FILE", path)]);
-    assert_eq!(heartbeat_status(&node, &example.session), 200);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        200
+    );
 
     assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(4));
     let log = example.log().join("\n");

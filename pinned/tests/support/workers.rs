@@ -18,6 +18,11 @@ pub fn heartbeat(node: SocketAddr, session: &str, token: &str) -> Reply {
     post_json(node, "/registry/heartbeat", Some(token), &body.to_string())
 }
 
+/// [`heartbeat`] for `session` with a worker credential of `account`: its status.
+pub fn session_status(node: &super::node::Node, account: &str, session: &str) -> u16 {
+    heartbeat(node.addr, session, &node.worker_token(account)).status
+}
+
 /// The exit code of `child`, once it exits within `limit` (the test fails otherwise, naming
 /// `what` and showing `log`).
 pub fn exit_code(
