@@ -1,5 +1,5 @@
-//! The `pinboard` binary: `serve`, `check-config` and `token`, and the shell completions and
-//! man page generated from this command line's definition.
+//! The `pinboard` binary: `serve`, `reload`, `check-config` and `token`, and the shell
+//! completions and man page generated from this command line's definition.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,6 +13,7 @@ use pinboard::http::tls::{TlsFailure, tls_failure};
 use pinboard::node::{NodeTls, Shared};
 use pinboard::passport::{self, TokenRequest};
 use pinboard::redis::LoginError;
+use pinboard::runtime::{Start, pid_file};
 use pinboard::settings::Settings;
 
 #[global_allocator]
@@ -39,6 +40,20 @@ enum Command {
         /// TOML configuration file; PINBOARD_* environment variables override it.
         #[arg(short, long, env = "PINBOARD_CONFIG")]
         config: Option<PathBuf>,
+        /// Take the listening sockets over from the node running on `listen` (a binary
+        /// upgrade): this process serves on them, then the old node drains and exits.
+        #[arg(long)]
+        upgrade: bool,
+    },
+    /// Reload the running node's settings: send it SIGHUP.
+    Reload {
+        /// TOML configuration file; PINBOARD_* environment variables override it. Its
+        /// `pid_file`, else its `listen` address, finds the node.
+        #[arg(short, long, env = "PINBOARD_CONFIG")]
+        config: Option<PathBuf>,
+        /// The node's pid file (instead of the configuration's).
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
     },
     /// Validate the configuration and print the effective result (secrets masked).
     CheckConfig {
@@ -189,23 +204,16 @@ impl TokenArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
+        Command::Serve { config, upgrade } => {
             let shared = match load(config.as_deref()) {
                 Ok(shared) => shared,
                 Err(message) => return config_error(&message),
             };
-            let listeners = match pinboard::runtime::bind_listeners(&shared.config) {
-                Ok(listeners) => listeners,
+            let start = match start(&shared, upgrade) {
+                Ok(start) => start,
                 Err(message) => return config_error(&message),
             };
-            let metrics = match pinboard::runtime::bind_metrics(&shared.config) {
-                Ok(metrics) => metrics,
-                Err(message) => return config_error(&message),
-            };
-            if let Err(message) = check_redis_login(&shared) {
-                return config_error(&message);
-            }
-            match pinboard::runtime::serve(Arc::new(shared), listeners, metrics) {
+            match pinboard::runtime::serve(Arc::new(shared), start) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pinboard: {e}");
@@ -230,6 +238,7 @@ fn main() -> ExitCode {
         Command::Token(args) => token(*args),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => man(dir.as_deref()),
+        Command::Reload { config, pid_file } => reload(config.as_deref(), pid_file),
     }
 }
 
@@ -261,6 +270,76 @@ fn man(dir: Option<&Path>) -> ExitCode {
             eprintln!("pinboard man: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The listening sockets: bound (after the Redis login is checked, so a node whose address is
+/// served says so first), and the pid file written; or, with `--upgrade`, taken over from the
+/// running node (once this process could serve: the Redis login checked). The error is the
+/// one line that stops startup.
+fn start(shared: &Shared, upgrade: bool) -> Result<Start, String> {
+    let config = &shared.config;
+    if upgrade {
+        check_redis_login(shared)?;
+        return pinboard::runtime::upgrade::take_over(config).map(Start::TakenOver);
+    }
+    let listeners = pinboard::runtime::bind_listeners(config)?;
+    let metrics = pinboard::runtime::bind_metrics(config)?;
+    check_redis_login(shared)?;
+    if let Some(path) = &config.pid_file {
+        pid_file::write(path).map_err(|e| {
+            format!(
+                "config error: pid_file: cannot write {}: {e}",
+                path.display()
+            )
+        })?;
+    }
+    Ok(Start::Bound { listeners, metrics })
+}
+
+/// `pinboard reload`: SIGHUP to the node the pid file names (`--pid-file`, else the
+/// configuration's `pid_file`), else to the one serving the configuration's `listen` (found by
+/// its control socket).
+fn reload(config: Option<&Path>, pid_file: Option<PathBuf>) -> ExitCode {
+    let failed = |message: String| {
+        eprintln!("pinboard reload: {message}");
+        ExitCode::FAILURE
+    };
+    let (pid, from) = match pid_file {
+        Some(path) => match pid_file::read(&path) {
+            Ok(pid) => (pid, format!("pid file {}", path.display())),
+            Err(e) => return failed(format!("no node: {e}")),
+        },
+        None => {
+            let config = match read_config(config) {
+                Ok(config) => config,
+                Err(message) => return config_error(&message),
+            };
+            let found = match &config.pid_file {
+                Some(path) => {
+                    pid_file::read(path).map(|pid| (pid, format!("pid file {}", path.display())))
+                }
+                None => pinboard::runtime::upgrade::node_pid(config.listen)
+                    .map(|pid| (pid, format!("the node serving {}", config.listen))),
+            };
+            match found {
+                Ok(found) => found,
+                Err(e) => return failed(format!("no node: {e}")),
+            }
+        }
+    };
+    let signalled = rustix::process::Pid::from_raw(pid)
+        .ok_or(rustix::io::Errno::INVAL)
+        .and_then(|p| rustix::process::kill_process(p, rustix::process::Signal::HUP));
+    match signalled {
+        Ok(()) => {
+            println!("pinboard reload: sent SIGHUP to pid {pid} ({from})");
+            ExitCode::SUCCESS
+        }
+        Err(rustix::io::Errno::SRCH) => failed(format!(
+            "no node: pid {pid} ({from}) is not running (a stale pid file?)"
+        )),
+        Err(e) => failed(format!("cannot signal pid {pid} ({from}): {e}")),
     }
 }
 
@@ -313,8 +392,13 @@ fn token(args: TokenArgs) -> ExitCode {
     }
 }
 
-/// The validated configuration and the settings built from it, or the one-line reason why not.
-fn load(file: Option<&Path>) -> Result<Shared, String> {
+/// The validated configuration, without logging; with the environment variables it ignored, if
+/// any (a warning).
+fn read_config(file: Option<&Path>) -> Result<Config, String> {
+    read_config_noting(file).map(|(config, _)| config)
+}
+
+fn read_config_noting(file: Option<&Path>) -> Result<(Config, Option<String>), String> {
     let text = match file {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -325,6 +409,12 @@ fn load(file: Option<&Path>) -> Result<Shared, String> {
     let env = pinboard::config::process_env();
     let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;
+    Ok((config, ignored))
+}
+
+/// The validated configuration and the settings built from it, or the one-line reason why not.
+fn load(file: Option<&Path>) -> Result<Shared, String> {
+    let (config, ignored) = read_config_noting(file)?;
     // Logging starts once its format and the node's name are known; a refused configuration
     // is one plain line.
     pinboard::logs::init(config.log_format, &config.log_level, &config.node_id);

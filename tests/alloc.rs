@@ -323,7 +323,11 @@ fn node_in_process(redis: &RedisServer) -> InProcessNode {
     let shared = Arc::new(pinboard::node::Shared::new(settings, tls, None));
     let thread = std::thread::spawn({
         let shared = shared.clone();
-        move || pinboard::runtime::serve(shared, listeners, None)
+        let start = pinboard::runtime::Start::Bound {
+            listeners,
+            metrics: None,
+        };
+        move || pinboard::runtime::serve(shared, start)
     });
     let node = InProcessNode {
         addr,

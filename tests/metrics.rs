@@ -7,26 +7,11 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
 use support::fleet::Fixture;
 use support::http::{Client, get, post_json};
-use support::node::{Node, serve_until_exit};
-
-/// Where the node's metrics listener listens, from its log (`metrics listening addr=…`).
-fn metrics_addr(node: &Node) -> SocketAddr {
-    let log = node.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("metrics listening"))
-        .unwrap_or_else(|| panic!("no metrics listener in the log:\n{log}"));
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("addr="))
-        .expect("the line names addr")
-        .parse()
-        .unwrap()
-}
+use support::node::serve_until_exit;
 
 /// The families of a Prometheus text: `name type`, from its `# TYPE` lines.
 fn families(text: &str) -> BTreeSet<&str> {
@@ -81,7 +66,7 @@ fn both_listeners_answer_the_same_families_and_promtool_accepts_them() {
     let (mut f, _worker, _) =
         Fixture::with_worker(&[("PINBOARD_METRICS_LISTEN", "127.0.0.1:0")], "w-secret");
     let addr = f.node.addr;
-    let scrapes = metrics_addr(&f.node);
+    let scrapes = f.node.metrics_addr();
     assert_eq!(get(addr, "/threads/m1/x", None).status, 200);
     let unknown = get(addr, "/nowhere/m1", None);
     assert_eq!(unknown.status, 404);
@@ -182,7 +167,7 @@ fn metrics_false_leaves_the_metrics_listener_serving() {
         (r.status, r.text().as_str()),
         (404, r#"{"error":"unknown namespace"}"#)
     );
-    let r = get(metrics_addr(&f.node), "/metrics", None);
+    let r = get(f.node.metrics_addr(), "/metrics", None);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("# TYPE pinboard_serving gauge"));
 }

@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use pinboard::passport::{TokenRequest, mint};
 use support::fleet::Fixture;
 use support::http::get;
-use support::node::{SECRET, config_file, eventually};
+use support::node::{SECRET, config_file, eventually, token_signed_with};
 use support::worker::{Serve, TestWorker};
 
 const NEW_SECRET: &str = "the-next-secret-of-at-least-32-bytes!";
@@ -22,22 +21,7 @@ const NEW_SECRET: &str = "the-next-secret-of-at-least-32-bytes!";
 const ENV_SECRET: &str = "a-secret-nobody-signs-with-0123456789";
 
 fn signed(secret: &str, sub: &str, scopes: &[&str]) -> String {
-    mint(
-        secret,
-        &TokenRequest {
-            sub: sub.into(),
-            scopes: scopes.iter().map(|s| s.to_string()).collect(),
-            namespaces: vec!["*".into()],
-            backend_hosts: vec!["127.0.0.1".into()],
-            ports: vec![],
-            hostnames: vec![],
-            envs: vec![],
-            ttl_secs: 3600,
-            issuer: None,
-            audience: None,
-        },
-    )
-    .unwrap()
+    token_signed_with(secret, sub, scopes, &["*"], &["127.0.0.1"])
 }
 
 /// The configuration file: `passport` (the `[passport]` table's lines), a data-plane rule on
@@ -59,9 +43,17 @@ fn node_with_file(text: &str) -> (Fixture, TestWorker, tempfile::TempDir, String
     (f, worker, dir, path)
 }
 
+/// Replaces the file whole (as an editor or a config tool does: a reload still reading the
+/// last one never sees half of this one).
+fn rewrite(path: &str, text: &str) {
+    let next = format!("{path}.next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
 /// Rewrites the file, sends SIGHUP, and waits for the `n`th line saying `what`.
 fn reload(f: &Fixture, path: &str, text: &str, what: &str, n: usize) {
-    std::fs::write(path, text).unwrap();
+    rewrite(path, text);
     f.node.signal("HUP");
     let seen = eventually(Duration::from_secs(10), || {
         f.node.log().matches(what).count() >= n
@@ -344,7 +336,7 @@ fn the_access_log_and_the_log_level_follow_a_reload() {
     // log_level = "warn": a reload's INFO line is no longer written (its own included: the
     // level is applied first), its WARN line is.
     let quiet = format!("log_level = \"warn\"\n{text}");
-    std::fs::write(&path, &quiet).unwrap();
+    rewrite(&path, &quiet);
     f.node.signal("HUP");
     let moved = format!("prefix = \"other:\"\n{quiet}");
     reload(&f, &path, &moved, "change only at a restart", 1);

@@ -16,6 +16,7 @@ use super::chunked::{ChunkedDecoder, Piece};
 use super::head::Framing;
 use super::response::Response;
 use super::server::Conn;
+use super::shutdown::Shutdown;
 use super::transport::Transport;
 
 /// Largest leftover body drained to keep a connection alive after a handler that did not read
@@ -66,6 +67,8 @@ pub struct Request<'c> {
     body: BodyState,
     expect_continue: bool,
     keep_alive: bool,
+    /// The core's stop: once it fires, the connection ends after this exchange.
+    shutdown: &'c Shutdown,
     read_timeout: Duration,
     /// Body bytes handed to the handler so far.
     body_read: u64,
@@ -79,6 +82,7 @@ impl<'c> Request<'c> {
         framing: Framing,
         peer: SocketAddr,
         conn: &'c mut Conn,
+        shutdown: &'c Shutdown,
         read_timeout: Duration,
     ) -> Request<'c> {
         let expect_continue = head.version == Version::HTTP_11
@@ -94,6 +98,7 @@ impl<'c> Request<'c> {
         let sent_before = conn.sent + conn.out.len() as u64;
         Request {
             keep_alive: wants_keep_alive(&head),
+            shutdown,
             body_read: 0,
             sent_before,
             head,
@@ -129,10 +134,12 @@ impl<'c> Request<'c> {
         self.conn.flush().await
     }
 
-    /// Whether the client wants the connection kept after this exchange (HTTP/1.1 unless
-    /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`).
+    /// Whether the connection is kept after this exchange: the client wants it (HTTP/1.1
+    /// unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`) and the core is
+    /// not stopping. Asked when the answer's head is written, so a relayed head says
+    /// `Connection: close` whenever the server then closes.
     pub fn keep_alive(&self) -> bool {
-        self.keep_alive
+        self.keep_alive && !self.shutdown.is_fired()
     }
 
     pub fn version(&self) -> Version {

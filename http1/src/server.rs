@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
@@ -41,6 +41,13 @@ pub struct Limits {
 /// takes them: a client that pipelines and never reads costs at most this much (plus the
 /// answer being written), not what it sends.
 pub const OUTPUT_HIGH_WATER: usize = 64 * 1024;
+
+/// Once the core stops, how long a connection waiting for a request (since its accept or its
+/// last answer) is still given to send one. A client on a busy keep-alive connection sends its
+/// next request a moment after the last answer: closing under it would lose that request (a
+/// reset), so it is answered, with `Connection: close`. One quiet this long is closed, as the
+/// idle timeout closes connections, which clients expect.
+pub const DRAIN_QUIET: Duration = Duration::from_millis(500);
 
 /// What the node does with a request.
 pub trait Handler {
@@ -81,8 +88,9 @@ pub struct Conn {
 }
 
 /// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
-/// down (in-flight requests finish first; idle connections close at once). With `tls`, the
-/// connection is a TLS handshake first, bounded like a request head.
+/// down (in-flight requests finish first, answered with `Connection: close`; connections with
+/// no request close once quiet for [`DRAIN_QUIET`]). With `tls`, the connection is a TLS
+/// handshake first, bounded like a request head.
 pub async fn serve_connection<H: Handler>(
     stream: TcpStream,
     peer: SocketAddr,
@@ -96,13 +104,13 @@ pub async fn serve_connection<H: Handler>(
     // are allocated once there is something to read. Allocated at accept, 6,000 connections
     // that sent nothing held 160 MB, and faulting that memory in stalled the event loop
     // (reliability.md, "Abuse", idle-10k).
-    let readable = monoio::select! {
-        r = monoio::time::timeout(limits.header_timeout, stream.readable(false)) => {
-            matches!(r, Ok(Ok(())))
-        }
-        _ = shutdown.fired() => false,
-    };
-    if !readable {
+    let readable = request_arrives(
+        async { stream.readable(false).await.is_ok() },
+        limits.header_timeout,
+        Instant::now(),
+        shutdown,
+    );
+    if !readable.await {
         return;
     }
     Box::pin(serve(stream, peer, handler, limits, shutdown, tls)).await;
@@ -123,11 +131,8 @@ async fn serve<H: Handler>(
     let stream = match tls {
         None => Transport::Plain(stream),
         Some(tls) => {
-            let handshake = monoio::select! {
-                r = monoio::time::timeout(limits.header_timeout, tls.accept(stream)) => r,
-                _ = shutdown.fired() => return,
-            };
-            match handshake {
+            // Not cut by the stop: the client is sending, and its request will be answered.
+            match monoio::time::timeout(limits.header_timeout, tls.accept(stream)).await {
                 Ok(Ok(transport)) => {
                     handler.secured();
                     transport
@@ -159,13 +164,9 @@ async fn serve<H: Handler>(
             } else {
                 limits.idle_timeout
             };
-            let arrived = monoio::select! {
-                r = monoio::time::timeout(wait, conn.reader.peek_data()) => {
-                    matches!(r, Ok(Ok(data)) if !data.is_empty())
-                }
-                _ = shutdown.fired() => false,
-            };
-            if !arrived {
+            let data =
+                async { matches!(conn.reader.peek_data().await, Ok(data) if !data.is_empty()) };
+            if !request_arrives(data, wait, Instant::now(), shutdown).await {
                 return;
             }
         }
@@ -201,8 +202,14 @@ async fn serve<H: Handler>(
         };
         let version = head.version;
         let is_head = head.method == Method::HEAD;
-        let mut req = Request::new(head, framing, peer, &mut conn, limits.header_timeout);
-        let keep_alive = req.keep_alive();
+        let mut req = Request::new(
+            head,
+            framing,
+            peer,
+            &mut conn,
+            shutdown,
+            limits.header_timeout,
+        );
         let mut note = H::Note::default();
         let response = match AssertUnwindSafe(handler.handle(&mut req, &mut note))
             .catch_unwind()
@@ -221,7 +228,9 @@ async fn serve<H: Handler>(
         };
         let reusable = req.finish().await;
         let unread = req.body_unread();
-        let close = !keep_alive || response.close || !reusable || shutdown.is_fired();
+        // A relayed head said whether the connection is kept ([`Request::keep_alive`] when it
+        // was written), and the server keeps its word: the stop may have begun since.
+        let close = response.close || !reusable || (!response.is_relayed() && !req.keep_alive());
         let persistence = match (close, version) {
             (true, _) => Persistence::Close,
             (false, Version::HTTP_10) => Persistence::KeepAlive,
@@ -245,6 +254,26 @@ async fn serve<H: Handler>(
             }
             return;
         }
+    }
+}
+
+/// Whether `arrival` (the next request's first bytes) comes within `limit`. Once the core
+/// stops, only while the connection has been quiet (since `quiet_since`) less than
+/// [`DRAIN_QUIET`].
+async fn request_arrives(
+    arrival: impl Future<Output = bool>,
+    limit: Duration,
+    quiet_since: Instant,
+    shutdown: &Shutdown,
+) -> bool {
+    let drained = async {
+        shutdown.fired().await;
+        let quiet = quiet_since.elapsed();
+        monoio::time::sleep(DRAIN_QUIET.saturating_sub(quiet)).await;
+    };
+    monoio::select! {
+        r = monoio::time::timeout(limit, arrival) => r.unwrap_or(false),
+        _ = drained => false,
     }
 }
 

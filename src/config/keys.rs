@@ -82,6 +82,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(log_level: String = text_with(log_level)),
     key!(access_log: AccessLogFormat = text_with(str::parse)),
     key!(access_log_path: Option<PathBuf> = optional(text_with(path))),
+    key!(pid_file: Option<PathBuf> = optional(text_with(path))),
     key!(forwards.timeout_ms: u64 = whole(1, MAX_MS)),
     key!(forwards.max_inflight: u32 = whole(1, u32::MAX)),
     key!(forwards.ca_file: Option<PathBuf> = optional(text_with(path))),
@@ -103,6 +104,9 @@ pub(super) const KEYS: &[Key] = &[
     // crate's limit), which a larger cap would let a client send.
     key!(http.max_header_bytes: usize = whole(1024, 64 * 1024)),
     key!(http.shutdown_grace_ms: u64 = whole(0, MAX_MS)),
+    // At most 10 min: load balancers notice a failing readiness probe within seconds; a longer
+    // delay is more likely a unit mistake than a wish, and keeps a stopping node for as long.
+    key!(http.shutdown_delay_ms: u64 = whole(0, 600_000)),
     key!(http.write_timeout_ms: u64 = whole(1, MAX_MS)),
     key!(tls.cert_file: Option<PathBuf> = optional(text_with(path))),
     key!(tls.key_file: Option<PathBuf> = optional(text_with(path))),

@@ -114,6 +114,10 @@ pub struct Config {
     /// Where the access log goes: unset, standard output; set, this file (appended to, and
     /// reopened on `SIGUSR1`).
     pub access_log_path: Option<PathBuf>,
+    /// A file the serving node writes its process id to once it listens (replaced by the new
+    /// process of a binary upgrade, removed when the node exits cleanly), for `pinboard reload`
+    /// and init systems. Default unset.
+    pub pid_file: Option<PathBuf>,
     /// What one registration may ask for.
     pub registry: RegistryLimits,
     /// Limits of the HTTP front end (not in the contract: Pinboard's own addition).
@@ -304,6 +308,10 @@ pub struct HttpLimits {
     pub max_header_bytes: usize,
     /// On shutdown, how long in-flight requests may finish, in ms, 0–86400000. Default 10000.
     pub shutdown_grace_ms: u64,
+    /// On SIGTERM/SIGINT, how long `/readyz` answers 503 while the node still accepts and serves,
+    /// before it stops accepting, in ms, 0–600000 (so load balancers and Kubernetes endpoints
+    /// stop sending first). Default 0.
+    pub shutdown_delay_ms: u64,
     /// How long a client may take no bytes of its answer before the connection is closed (and
     /// the forward's upstream connection and inflight slot released), in ms, 1–86400000.
     /// Default 60000, as nginx's `send_timeout`.
@@ -370,6 +378,7 @@ impl Default for Config {
             log_level: "info".into(),
             access_log: AccessLogFormat::Off,
             access_log_path: None,
+            pid_file: None,
             registry: RegistryLimits {
                 max_namespaces_per_worker: 64,
                 max_instances_per_register: 100_000,
@@ -379,6 +388,7 @@ impl Default for Config {
                 idle_timeout_ms: 75_000,
                 max_header_bytes: 16 * 1024,
                 shutdown_grace_ms: 10_000,
+                shutdown_delay_ms: 0,
                 write_timeout_ms: 60_000,
             },
             tls: ListenerTls::default(),
@@ -650,6 +660,7 @@ restart_only!(
     fleet_epoch,
     node_id,
     log_format,
+    pid_file,
     forwards.max_inflight,
     forwards.ca_file,
     forwards.upstream_idle_timeout_ms,
@@ -789,6 +800,7 @@ max_connections = 100
 log_format = "json"
 log_level = "warn,pinboard=info"
 access_log = "json"
+pid_file = "/run/pinboard/pinboard.pid"
 
 [forwards]
 timeout_ms = 5000
@@ -816,6 +828,7 @@ header_timeout_ms = 1000
 idle_timeout_ms = 2000
 max_header_bytes = 4096
 shutdown_grace_ms = 0
+shutdown_delay_ms = 5000
 write_timeout_ms = 3000
 
 [limits]
@@ -880,6 +893,7 @@ max_rows_per_namespace = 5000
             log_level: "warn,pinboard=info".into(),
             access_log: AccessLogFormat::Json,
             access_log_path: None,
+            pid_file: Some("/run/pinboard/pinboard.pid".into()),
             registry: RegistryLimits {
                 max_namespaces_per_worker: 8,
                 max_instances_per_register: 500,
@@ -889,6 +903,7 @@ max_rows_per_namespace = 5000
                 idle_timeout_ms: 2_000,
                 max_header_bytes: 4096,
                 shutdown_grace_ms: 0,
+                shutdown_delay_ms: 5_000,
                 write_timeout_ms: 3_000,
             },
             tls: ListenerTls::default(),
@@ -1024,6 +1039,8 @@ max_rows_per_namespace = 5000
             ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "2000"),
             ("PINBOARD_HTTP__MAX_HEADER_BYTES", "4096"),
             ("PINBOARD_HTTP__SHUTDOWN_GRACE_MS", "0"),
+            ("PINBOARD_HTTP__SHUTDOWN_DELAY_MS", "5000"),
+            ("PINBOARD_PID_FILE", "/run/pinboard/pinboard.pid"),
             ("PINBOARD_HTTP__WRITE_TIMEOUT_MS", "3000"),
             ("PINBOARD_FORWARDS__CA_FILE", &pem),
             ("PINBOARD_TLS__CERT_FILE", &pem),
@@ -1293,6 +1310,13 @@ max_rows_per_namespace = 5000
                 "http.shutdown_grace_ms",
                 "got -1",
             ),
+            (
+                "",
+                &[("PINBOARD_HTTP__SHUTDOWN_DELAY_MS", "600001")],
+                "http.shutdown_delay_ms",
+                "from 0 to 600000, got 600001",
+            ),
+            ("pid_file = \"\"", &[], "pid_file", ""),
         ];
         for (file, vars, key, fragment) in cases {
             let mut vars = vars.to_vec();

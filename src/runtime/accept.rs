@@ -1,15 +1,19 @@
 //! A listening socket on one core's event loop: its accepts until the stop, and the stop itself
-//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it);
+//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it;
+//! or, once a new process took the sockets over, left listening for it);
 //! which accepted connections are served ([`admit`]: the node's `max_connections`, the limits
 //! per client address), and the handler that keeps a served connection's place ([`Admitted`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use monoio::io::Canceller;
 use monoio::net::{TcpListener, TcpStream};
 use tracing::warn;
 
 use super::Shutdown;
+use super::upgrade::Sockets;
 use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response};
 use crate::limits::connections::Slot;
@@ -24,11 +28,17 @@ pub(super) struct Acceptor {
     stopper: std::net::TcpListener,
     /// The core it runs on, for the log.
     core: usize,
+    /// Whether a new process holds the socket too.
+    sockets: Arc<Sockets>,
 }
 
 impl Acceptor {
     /// Must run inside the core's event loop, which the socket is registered with.
-    pub(super) fn new(listener: std::net::TcpListener, core: usize) -> Result<Acceptor, Error> {
+    pub(super) fn new(
+        listener: std::net::TcpListener,
+        core: usize,
+        sockets: Arc<Sockets>,
+    ) -> Result<Acceptor, Error> {
         let registering = |e| Error::because(Origin::Internal, "registering the listener", e);
         let stopper = listener.try_clone().map_err(registering)?;
         let listener = TcpListener::from_std(listener).map_err(registering)?;
@@ -36,6 +46,7 @@ impl Acceptor {
             listener,
             stopper,
             core,
+            sockets,
         })
     }
 
@@ -43,9 +54,20 @@ impl Acceptor {
     /// EMFILE) is logged and tried again after a short pause, instead of spinning on the error.
     pub(super) async fn next(&self, shutdown: &Shutdown) -> Option<(TcpStream, SocketAddr)> {
         loop {
+            if shutdown.is_fired() {
+                return None;
+            }
+            // Cancelled and awaited, not dropped: under io_uring an accept may complete as the
+            // stop comes, and a connection it took is served, not lost (on a socket a new
+            // process accepts on, the kernel hands it to either).
+            let canceller = Canceller::new();
+            let mut accept = std::pin::pin!(self.listener.cancelable_accept(canceller.handle()));
             let accepted = monoio::select! {
-                r = self.listener.accept() => r,
-                _ = shutdown.fired() => return None,
+                r = &mut accept => r,
+                _ = shutdown.fired() => {
+                    canceller.cancel();
+                    return accept.await.ok();
+                }
             };
             match accepted {
                 Ok(connection) => return Some(connection),
@@ -57,11 +79,14 @@ impl Acceptor {
         }
     }
 
-    /// Stops listening: new connections are refused from here on.
+    /// Stops listening: new connections are refused from here on; or, when a new process
+    /// holds the socket too, stops accepting on it only.
     pub(super) fn close(self) {
         // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
         // a descriptor.
-        let _ = socket2::SockRef::from(&self.stopper).shutdown(std::net::Shutdown::Both);
+        if self.sockets.held_alone() {
+            let _ = socket2::SockRef::from(&self.stopper).shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 

@@ -2,13 +2,16 @@
 //! (io_uring, or epoll where the kernel refuses io_uring) with its own `SO_REUSEPORT` listener,
 //! Redis connection and connection tasks. Nothing on the request path is shared between cores.
 //!
-//! Also owns the process lifecycle: binding, signal handling, and the bounded graceful stop
-//! (stop accepting, let in-flight requests finish, exit); and the metrics listener
-//! (`metrics_listen`, [`scrape`]) on the first core.
+//! Also owns the process lifecycle: binding, signal handling, the bounded graceful stop
+//! (stop accepting, let in-flight requests finish, exit), the binary upgrade ([`upgrade`]) and
+//! the pid file ([`pid_file`]); and the metrics listener (`metrics_listen`, [`scrape`]) on the
+//! first core.
 
 mod accept;
+pub mod pid_file;
 mod reload;
 mod scrape;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 pub use pinboard_http::Shutdown;
 pub use scrape::bind as bind_metrics;
@@ -27,39 +30,82 @@ use crate::error::{Error, Origin};
 use crate::http::serve_connection;
 use crate::node::{Core, Shared};
 use reload::Reloads;
+use upgrade::{Handed, Sockets, TakenOver};
 
 /// How often each core looks at the process-wide stop flag. Only the shutdown path waits on
 /// this; requests never do.
 const STOP_POLL: Duration = Duration::from_millis(50);
 
-/// Runs the node until SIGTERM or SIGINT, then stops gracefully, on `listeners`
-/// ([`bind_listeners`], one per core). `metrics`: the metrics listener's socket
-/// ([`bind_metrics`]), served by the first core.
-pub fn serve(
-    shared: Arc<Shared>,
-    listeners: Vec<std::net::TcpListener>,
-    mut metrics: Option<std::net::TcpListener>,
-) -> Result<(), Error> {
+/// Where a node's listening sockets come from.
+pub enum Start {
+    /// Bound by this process ([`bind_listeners`], one per core; [`bind_metrics`]), which
+    /// wrote its pid file.
+    Bound {
+        listeners: Vec<std::net::TcpListener>,
+        metrics: Option<std::net::TcpListener>,
+    },
+    /// Taken over from the running node ([`upgrade::take_over`]).
+    TakenOver(TakenOver),
+}
+
+/// Runs the node until SIGTERM or SIGINT (or until a new process took its sockets over), then
+/// stops gracefully. The metrics listener is served by the first core.
+pub fn serve(shared: Arc<Shared>, start: Start) -> Result<(), Error> {
+    let (listeners, mut metrics, taken) = match start {
+        Start::Bound { listeners, metrics } => (listeners, metrics, None),
+        Start::TakenOver(mut taken) => {
+            let listeners = std::mem::take(&mut taken.listeners);
+            (listeners, taken.metrics.take(), Some(taken))
+        }
+    };
     let threads = listeners.len();
+    let cloned = |e| Error::because(Origin::Internal, "cloning a listening socket", e);
+    let handed = Handed {
+        listeners: (listeners.iter().map(|l| l.try_clone().map_err(cloned)))
+            .collect::<Result<_, _>>()?,
+        metrics: metrics
+            .as_ref()
+            .map(|m| m.try_clone().map_err(cloned))
+            .transpose()?,
+    };
     let addr = listeners[0]
         .local_addr()
         .map_err(|e| Error::because(Origin::Internal, "reading the bound address", e))?;
     let https = shared.tls.listener.is_some();
     info!(%addr, threads, driver = %shared.config.driver, https, "pinboard listening");
+    let sockets = Arc::new(Sockets::default());
     watch_signals(shared.clone())?;
 
+    let (accepting, accepts) = std::sync::mpsc::channel();
+    let taking_over = taken.is_some();
     let cores: Vec<_> = listeners
         .into_iter()
         .enumerate()
         .map(|(index, listener)| {
-            let (shared, metrics) = (shared.clone(), metrics.take());
+            let (shared, metrics, sockets) = (shared.clone(), metrics.take(), sockets.clone());
+            let accepting = accepting.clone();
             std::thread::Builder::new()
                 .name(format!("pinboard-core-{index}"))
-                .spawn(move || run_core(index, threads, listener, metrics, shared))
+                .spawn(move || {
+                    let listening = Listening {
+                        listener,
+                        metrics,
+                        sockets,
+                        accepting,
+                        taking_over,
+                    };
+                    run_core(index, threads, listening, shared)
+                })
                 .map_err(|e| Error::because(Origin::Internal, "starting a core thread", e))
         })
         .collect::<Result<_, _>>()?;
+    drop(accepting);
+    // Every core accepts (or one failed, and the node stops with its error).
+    let all_accept = accepts.iter().take(threads).count() == threads;
     let mut result = Ok(());
+    if all_accept {
+        result = hand_over_done(&shared, addr, handed, taken, sockets);
+    }
     for core in cores {
         match core.join() {
             Ok(Ok(())) => {}
@@ -67,8 +113,49 @@ pub fn serve(
             Err(_) => result = Err(Error::new(Origin::Internal, "a core thread panicked")),
         }
     }
+    if let Some(path) = &shared.config.pid_file {
+        pid_file::remove_if_mine(path);
+    }
     info!("pinboard stopped");
     result
+}
+
+/// Once every core accepts: the old node told to stop accepting (after an upgrade, then this
+/// process's pid file), and the control socket served for the next upgrade. An old node that
+/// does not take the hand-over keeps the sockets: this process stops, and fails.
+fn hand_over_done(
+    shared: &Arc<Shared>,
+    addr: SocketAddr,
+    handed: Handed,
+    taken: Option<TakenOver>,
+    sockets: Arc<Sockets>,
+) -> Result<(), Error> {
+    if let Some(taken) = taken {
+        let from = taken.from;
+        if let Err(e) = taken.ready() {
+            // Two nodes accepting on one address is what `--upgrade` exists to avoid: the old
+            // one, which gave up on this one, keeps the sockets.
+            sockets.lend();
+            shared.stopping.store(true, Ordering::SeqCst);
+            return Err(Error::new(
+                Origin::Internal,
+                format!(
+                    "upgrade: the old node (pid {from}) did not take the hand-over ({e}); it serves on, this process stops"
+                ),
+            ));
+        }
+        info!(
+            from,
+            "upgrade: serving on the sockets taken over; the old node drains"
+        );
+        if let Some(path) = &shared.config.pid_file
+            && let Err(e) = pid_file::write(path)
+        {
+            error!(path = %path.display(), error = %e, "cannot write the pid file: it still names the old node");
+        }
+    }
+    upgrade::serve_control(addr, handed, shared.clone(), sockets);
+    Ok(())
 }
 
 /// One listening socket per core, all in one `SO_REUSEPORT` group so the kernel spreads
@@ -103,7 +190,8 @@ pub fn bind_listeners(
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 format!(
                     "config error: listen: {addr} is already served by another process \
-                     (a second node there would share its connections)"
+                     (a second node there would share its connections; to replace a node, \
+                     `pinboard serve --upgrade`)"
                 )
             } else {
                 refused(addr, e)
@@ -125,15 +213,18 @@ pub fn bind_listeners(
     Ok(listeners)
 }
 
-/// The first SIGTERM/SIGINT starts the graceful stop; a second one exits at once. SIGHUP, which
-/// nginx and HAProxy operators send to reload (and `pinboard reload` sends), reads the
+/// The first SIGTERM/SIGINT starts the graceful stop (after `http.shutdown_delay_ms` of
+/// serving with `/readyz` 503); a second one, during the delay too, exits at once. SIGHUP,
+/// which nginx and HAProxy operators send to reload (and `pinboard reload` sends), reads the
 /// configuration and the listener's certificate pair again and swaps them in on the reload
 /// thread ([`reload`]), so that nothing a reload waits on keeps this thread from the next
-/// signal (its default action, to exit, would kill the node).
+/// signal (its default action, to exit, would kill the node). SIGUSR2 starts a binary upgrade
+/// ([`upgrade::start_successor`]).
 fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])
-        .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])
+            .map_err(|e| Error::because(Origin::Internal, "installing signal handlers", e))?;
     let reloads = Reloads::start(shared.clone())?;
     std::thread::Builder::new()
         .name("pinboard-signals".into())
@@ -147,11 +238,23 @@ fn watch_signals(shared: Arc<Shared>) -> Result<(), Error> {
                     reopen_access_log(&shared);
                     continue;
                 }
+                if signal == SIGUSR2 {
+                    upgrade::start_successor();
+                    continue;
+                }
                 if shared.stopping.swap(true, Ordering::SeqCst) {
                     warn!(signal, "second stop signal: exiting now");
                     std::process::exit(1);
                 }
-                info!(signal, "stop signal: finishing in-flight requests");
+                match shared.settings().config.http.shutdown_delay_ms {
+                    0 => info!(signal, "stop signal: finishing in-flight requests"),
+                    delay_ms => info!(
+                        signal,
+                        delay_ms,
+                        "stop signal: /readyz answers 503; serving on for http.shutdown_delay_ms, \
+                         then finishing in-flight requests"
+                    ),
+                }
             }
         })
         .map_err(|e| Error::because(Origin::Internal, "starting the signal thread", e))?;
@@ -170,11 +273,23 @@ fn reopen_access_log(shared: &Shared) {
     }
 }
 
+/// One core's listening sockets, and who else holds them.
+struct Listening {
+    listener: std::net::TcpListener,
+    /// The metrics listener's, on the first core.
+    metrics: Option<std::net::TcpListener>,
+    sockets: Arc<Sockets>,
+    /// Told once the core accepts.
+    accepting: std::sync::mpsc::Sender<()>,
+    /// The sockets were taken over: the old node accepts on them until this node is the
+    /// serving fleet, which answers rather than 503 `not the serving fleet`.
+    taking_over: bool,
+}
+
 fn run_core(
     index: usize,
     threads: usize,
-    listener: std::net::TcpListener,
-    metrics: Option<std::net::TcpListener>,
+    listening: Listening,
     shared: Arc<Shared>,
 ) -> Result<(), Error> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -194,7 +309,7 @@ fn run_core(
             .build()
             .map_err(|e| Error::because(Origin::Internal, "starting the epoll event loop", e))
     };
-    let task = core_main(index, listener, metrics, shared.clone());
+    let task = core_main(index, listening, shared.clone());
     match shared.config.driver {
         DriverKind::Epoll => {
             info!(core = index, driver = "epoll", "event loop started");
@@ -220,27 +335,39 @@ fn run_core(
     }
 }
 
-async fn core_main(
-    index: usize,
-    listener: std::net::TcpListener,
-    metrics: Option<std::net::TcpListener>,
-    shared: Arc<Shared>,
-) -> Result<(), Error> {
-    let acceptor = accept::Acceptor::new(listener, index)?;
+async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> Result<(), Error> {
+    let Listening {
+        listener,
+        metrics,
+        sockets,
+        accepting,
+        taking_over,
+    } = listening;
+    let acceptor = accept::Acceptor::new(listener, index, sockets.clone())?;
     let metrics = metrics
-        .map(|listener| accept::Acceptor::new(listener, index))
+        .map(|listener| accept::Acceptor::new(listener, index, sockets.clone()))
         .transpose()?;
     let shutdown = Shutdown::default();
+    let core = Rc::new(Core::new(shared.clone(), index));
     monoio::spawn({
-        let (shared, shutdown) = (shared.clone(), shutdown.clone());
+        let (core, shutdown) = (core.clone(), shutdown.clone());
         async move {
-            while !shared.stopping.load(Ordering::Relaxed) {
+            loop {
+                // Given to a new process: it accepts on them already.
+                if sockets.given() {
+                    break;
+                }
+                if core.shared.stopping.load(Ordering::Relaxed) {
+                    // `/readyz` answers 503; balancers take that time to stop sending here.
+                    let delay = core.live().config().http.shutdown_delay_ms;
+                    monoio::time::sleep(Duration::from_millis(delay)).await;
+                    break;
+                }
                 monoio::time::sleep(STOP_POLL).await;
             }
             shutdown.fire();
         }
     });
-    let core = Rc::new(Core::new(shared.clone(), index));
     // The fleet claim, the mirror poll and the sweeper: the first core.
     let sweeper = (index == 0).then(|| {
         monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
@@ -265,6 +392,20 @@ async fn core_main(
             }
         });
     }
+    if taking_over {
+        let deadline = Instant::now() + upgrade::SERVING_WITHIN;
+        while !shared.is_serving() {
+            if Instant::now() > deadline {
+                return Err(Error::new(
+                    Origin::Internal,
+                    "upgrade: this node did not become the serving fleet in time; the old node serves on",
+                ));
+            }
+            monoio::time::sleep(STOP_POLL).await;
+        }
+    }
+    let _ = accepting.send(());
+    drop(accepting);
     if let Some(metrics) = metrics {
         let limits = Rc::new(core.live().settings.http_limits());
         let (core, shutdown) = (core.clone(), shutdown.clone());

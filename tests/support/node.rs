@@ -52,16 +52,38 @@ impl Node {
         Node::try_spawn_under(&[], redis_url, env)
     }
 
+    /// `pinboard serve --upgrade` on `listen` (a running node's address), as [`Node::try_spawn`].
+    pub fn try_take_over(
+        listen: SocketAddr,
+        redis_url: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Node, (Option<i32>, String)> {
+        let listen = listen.to_string();
+        let mut all = vec![("PINBOARD_LISTEN", listen.as_str())];
+        all.extend_from_slice(env);
+        Node::try_spawn_with(&[], &["--upgrade"], redis_url, &all)
+    }
+
     /// Like [`Node::spawn`], the binary run by `wrapper` (a program and its arguments, the
     /// binary's path and `serve` after them: `unshare …`, say).
     pub fn spawn_under(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)]) -> Node {
-        Node::try_spawn_under(wrapper, redis_url, env).unwrap_or_else(|(code, log)| {
+        Node::try_spawn_with(wrapper, &[], redis_url, env).unwrap_or_else(|(code, log)| {
             panic!("pinboard exited with {code:?} before listening:\n{log}")
         })
     }
 
     fn try_spawn_under(
         wrapper: &[&str],
+        redis_url: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Node, (Option<i32>, String)> {
+        Node::try_spawn_with(wrapper, &[], redis_url, env)
+    }
+
+    /// `serve` run by `wrapper`, with `args` after it.
+    fn try_spawn_with(
+        wrapper: &[&str],
+        args: &[&str],
         redis_url: &str,
         env: &[(&str, &str)],
     ) -> Result<Node, (Option<i32>, String)> {
@@ -72,7 +94,7 @@ impl Node {
             ("PINBOARD_LOG", "info,pinboard=debug"),
         ];
         all.extend_from_slice(env);
-        let child = serve(wrapper, redis_url, &all, &log);
+        let child = serve(wrapper, args, redis_url, &all, &log);
         let mut node = Node {
             child,
             addr: "0.0.0.0:0".parse().unwrap(),
@@ -165,6 +187,24 @@ impl Node {
             .unwrap_or_else(|| panic!("{field} in /proc/PID/status"))
     }
 
+    /// Where the node's metrics listener listens, from its log (`metrics listening addr=…`).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("metrics listening"))
+            .unwrap_or_else(|| panic!("no metrics listener in the log:\n{log}"));
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("addr="))
+            .expect("the line names addr")
+            .parse()
+            .unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
     pub fn stop(&mut self) -> ExitStatus {
         self.terminate();
@@ -226,8 +266,19 @@ pub fn token_for_hosts(
     namespaces: &[&str],
     backend_hosts: &[&str],
 ) -> String {
+    token_signed_with(SECRET, sub, scopes, namespaces, backend_hosts)
+}
+
+/// [`token_for_hosts`] signed with `secret` (a key the node is given besides the test one).
+pub fn token_signed_with(
+    secret: &str,
+    sub: &str,
+    scopes: &[&str],
+    namespaces: &[&str],
+    backend_hosts: &[&str],
+) -> String {
     mint(
-        SECRET,
+        secret,
         &TokenRequest {
             sub: sub.into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
@@ -265,8 +316,14 @@ pub fn credential(claims: &serde_json::Value) -> String {
 
 /// `pinboard serve` on `redis_url` with the test HS256 secret, on a port the kernel picks,
 /// none of this process's `PINBOARD_*` settings, and `env` over that; its stderr to `stderr`.
-/// Run by `wrapper` when it names a program.
-fn serve(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)], stderr: &Path) -> Child {
+/// Run by `wrapper` when it names a program, with `args` after `serve`.
+fn serve(
+    wrapper: &[&str],
+    args: &[&str],
+    redis_url: &str,
+    env: &[(&str, &str)],
+    stderr: &Path,
+) -> Child {
     let mut cmd = match wrapper {
         [program, args @ ..] => {
             let mut cmd = Command::new(program);
@@ -279,6 +336,7 @@ fn serve(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)], stderr: &Path)
         cmd.env_remove(key);
     }
     cmd.arg("serve")
+        .args(args)
         .env("PINBOARD_LISTEN", "127.0.0.1:0")
         .env("PINBOARD_REDIS_URL", redis_url)
         .env("PINBOARD_PASSPORT__HS256_SECRET", SECRET)
@@ -296,7 +354,7 @@ fn serve(wrapper: &[&str], redis_url: &str, env: &[(&str, &str)], stderr: &Path)
 pub fn serve_until_exit(redis_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
     let stderr = dir.path().join("stderr");
-    let mut child = serve(&[], redis_url, env, &stderr);
+    let mut child = serve(&[], &[], redis_url, env, &stderr);
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
