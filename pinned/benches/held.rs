@@ -1,9 +1,7 @@
-//! The held map (`src/held.rs`) at a million instances: admitting them fresh into a map grown
-//! as it goes or sized up front (`Config::expected_instances`), from one thread or split over
-//! two, and admitting again those it already holds (every steady forward's lookup).
-//!
-//! The map is crate-private: this compiles the module itself, against the crate's public
-//! `Epoch`, as the crate's unit tests include the node's `tests/support/http.rs`.
+//! The held map (the worker core's, `pinboard_protocol::worker::held`) at a million instances:
+//! admitting them fresh into a map grown as it goes or sized up front
+//! (`Config::expected_instances`), from one thread or split over two, and admitting again those
+//! it already holds (every steady forward's lookup).
 
 use std::hint::black_box;
 use std::thread;
@@ -12,13 +10,7 @@ use std::time::Instant;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use pinned::Epoch;
 
-// What the bench does not call is dead here, and so are the imports of the module's unit
-// tests when this is checked as a test target (`--all-targets`), without a test harness.
-#[allow(dead_code, unused_imports)]
-#[path = "../src/held.rs"]
-mod held;
-
-use held::{Admission, Gate, HeldMap};
+use pinboard_protocol::worker::held::{Admission, Gate, HeldMap};
 
 const N: usize = 1_000_000;
 const OPEN: Gate = Gate {

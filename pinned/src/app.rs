@@ -1,16 +1,16 @@
-//! The application's side of a worker: the [`App`] it plugs in, the [`Instance`] each request
-//! is for, and the [`Event`]s the registry protocol tells it about.
+//! The application's side of a worker: the [`App`] it plugs in. The [`Instance`] each request
+//! is for and the [`Event`]s the registry protocol tells it about are the runtime-free core's
+//! (`pinboard_protocol::worker`), shared with `pinned-tower`.
 
 use std::future::Future;
-use std::time::Duration;
 
 use pinboard_http::error::Error;
 use pinboard_http::{Request, Response};
 
-use crate::attest::Attestation;
-use crate::epoch::Epoch;
+pub use pinboard_protocol::worker::control::Event;
+pub use pinboard_protocol::worker::serve::Instance;
+
 use crate::handle::Handle;
-use crate::state::Message;
 
 /// The application a worker serves its instances with.
 ///
@@ -56,46 +56,4 @@ pub trait App: Send + Sync + 'static {
         let _ = (worker, event);
         async {}
     }
-}
-
-/// The instance a request is for.
-#[derive(Clone, Debug)]
-pub struct Instance {
-    /// `/` plus the namespace segment.
-    pub ns: String,
-    pub id: String,
-    /// The path after `/{ns}/{id}`, possibly empty.
-    pub rest: String,
-    /// The placement epoch the request was forwarded under.
-    pub epoch: Epoch,
-    /// True on the first request at this epoch: the instance was just placed here (or placed
-    /// here again after another worker may have held it), so in-memory state is not current.
-    pub activated: bool,
-    pub attestation: Attestation,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Event {
-    /// The worker holds a session now: first registration, or re-registration after the
-    /// registry lost the previous one.
-    Registered {
-        session_id: String,
-        reregistered: bool,
-    },
-    /// An operator asked to wind an instance down (or revoked that, with no deadline). The
-    /// application releases it when done.
-    WindDown(Message),
-    /// Re-registration could not reclaim this instance: another worker may own it now. The
-    /// worker no longer holds it; the application drops its state.
-    Evicted { ns: String, id: String },
-    /// The registry's drain state changed (this worker's own flag or an operator's drain).
-    /// With a deadline, held instances are force-released when it passes.
-    Drain {
-        draining: bool,
-        deadline: Option<Duration>,
-    },
-    /// A registration at a higher epoch displaced this one (hostname-aware mode). The worker
-    /// stopped heartbeating and refuses every instance request; the application decides what
-    /// comes next, typically shutting down.
-    Superseded { error: String },
 }

@@ -2,13 +2,15 @@
 //! could never register (a malformed namespace or URL) fails at once instead of retrying
 //! forever.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use pinboard_http::{DriverKind, WorkerAddr};
+
+pub use pinboard_protocol::worker::control::Registration;
+use pinboard_protocol::worker::control::check_identity;
 
 use crate::durable::DurabilityStore;
 
@@ -26,8 +28,14 @@ pub struct Config {
     /// A PEM file of CA certificates trusted, besides the system roots (`/etc/ssl/certs`), when
     /// verifying an `https` registry's certificate.
     pub registry_ca_file: Option<PathBuf>,
-    /// The Passport credential sent as `Authorization: Bearer`.
+    /// The Passport credential sent as `Authorization: Bearer`; empty with
+    /// [`token_file`](Self::token_file).
     pub token: String,
+    /// A file holding the credential instead (one token; surrounding whitespace ignored),
+    /// read at start and again before a registry call whenever it changed: a rotated token
+    /// (a Kubernetes projected token, a Vault agent's sink) is used without a restart. While
+    /// it cannot be read the token last read is kept. Set either this or `token`, not both.
+    pub token_file: Option<PathBuf>,
     pub client_id: String,
     /// Namespaces to register, each `/` plus one path segment.
     pub namespaces: Vec<String>,
@@ -47,12 +55,10 @@ pub struct Config {
     /// Capacity announced at registration and on every heartbeat; see
     /// [`Handle::set_headroom`](crate::Handle::set_headroom).
     pub headroom: u64,
-    /// Hostname-aware mode: these five are sent only when set.
-    pub hostname: Option<String>,
-    pub env: Option<String>,
-    pub envs: BTreeMap<String, String>,
-    pub takeover: Option<Takeover>,
-    pub epoch: Option<u64>,
+    /// Hostname-aware mode's fields (each sent only when set), and whether to stop when the
+    /// registry refuses the credential past the lease (default true; see
+    /// [`Registration::stop_on_refused_credential`]).
+    pub registration: Registration,
     /// Event-loop threads serving the listener (each with its own `SO_REUSEPORT` socket).
     pub threads: usize,
     /// `Auto`: io_uring, or epoll where the kernel does not offer it.
@@ -88,6 +94,7 @@ impl Config {
             registry: registry.to_owned(),
             registry_ca_file: None,
             token: token.to_owned(),
+            token_file: None,
             client_id: client_id.to_owned(),
             namespaces: namespaces.iter().map(|ns| ns.to_string()).collect(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -95,11 +102,7 @@ impl Config {
             tls_cert_file: None,
             tls_key_file: None,
             headroom: 100,
-            hostname: None,
-            env: None,
-            envs: BTreeMap::new(),
-            takeover: None,
-            epoch: None,
+            registration: Registration::default(),
             threads: 1,
             driver: DriverKind::Auto,
             call_timeout: Duration::from_secs(10),
@@ -118,22 +121,7 @@ impl Config {
                 self.registry
             )
         })?;
-        if self.client_id.is_empty() {
-            return Err("client id is empty".into());
-        }
-        if self.namespaces.is_empty() {
-            return Err("no namespaces to register".into());
-        }
-        for ns in self.namespaces.iter().chain(self.envs.keys()) {
-            if !is_namespace(ns) {
-                return Err(format!("namespace {ns:?} is not / plus one path segment"));
-            }
-        }
-        if let Some(unknown) = self.envs.keys().find(|ns| !self.namespaces.contains(ns)) {
-            return Err(format!(
-                "envs names {unknown}, which is not a registered namespace"
-            ));
-        }
+        check_identity(&self.client_id, &self.namespaces, &self.registration.envs)?;
         if self.tls_cert_file.is_some() != self.tls_key_file.is_some() {
             return Err("tls_cert_file and tls_key_file are set together or not at all".into());
         }
@@ -168,12 +156,6 @@ impl Config {
     pub(crate) fn serves_tls(&self) -> bool {
         self.tls_cert_file.is_some()
     }
-}
-
-/// `/` plus one path segment.
-pub(crate) fn is_namespace(ns: &str) -> bool {
-    ns.strip_prefix('/')
-        .is_some_and(|segment| !segment.is_empty() && !segment.contains('/'))
 }
 
 #[cfg(test)]
@@ -215,7 +197,7 @@ mod tests {
             (|c| c.namespaces = vec!["/a/b".into()], "namespace \"/a/b\""),
             (|c| c.namespaces.clear(), "no namespaces"),
             (
-                |c| drop(c.envs.insert("/docs".into(), "e".into())),
+                |c| drop(c.registration.envs.insert("/docs".into(), "e".into())),
                 "envs names /docs",
             ),
             (

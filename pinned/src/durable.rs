@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::epoch::Epoch;
+use crate::Epoch;
 
 /// Where durable instances keep their state and the wake they asked for, keyed by `(ns, id)`
 /// (`ns` with its leading `/`). Every method is synchronous and may block on the disk: call

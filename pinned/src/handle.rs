@@ -3,15 +3,19 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use pinboard_protocol::registry::{ReleaseRow, ScheduleAnswer, ScheduleRow, TagAnswer, TagRequest};
 use serde_json::Value;
 
+use crate::Epoch;
 use crate::durable::DurabilityStore;
-use crate::epoch::Epoch;
+use pinboard_protocol::worker::control::Failure;
+pub use pinboard_protocol::worker::serve::Status;
+
+use crate::Message;
 use crate::registry::{CallError, read_answer};
-use crate::state::{Message, Shared};
+use crate::state::Shared;
 
 /// An instance this worker holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,22 +23,6 @@ pub struct Held {
     pub ns: String,
     pub id: String,
     pub epoch: Epoch,
-}
-
-/// The worker's standing with the registry.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub session_id: Option<String>,
-    /// The lease is known to be live: renewed less than a lease TTL ago.
-    pub lease_healthy: bool,
-    /// This worker's own draining flag.
-    pub draining: bool,
-    /// The registry's view: the own flag or an operator's drain.
-    pub registry_draining: bool,
-    pub drain_deadline: Option<Duration>,
-    pub degraded: bool,
-    pub superseded: bool,
-    pub headroom: u64,
 }
 
 /// Access to a running worker; cheap to clone and usable from any thread. The async calls
@@ -67,17 +55,7 @@ impl Handle {
     }
 
     pub fn status(&self) -> Status {
-        let state = self.shared.state();
-        Status {
-            session_id: state.session.clone(),
-            lease_healthy: state.lease_healthy(Instant::now()),
-            draining: state.draining,
-            registry_draining: state.registry_draining,
-            drain_deadline: state.drain_deadline,
-            degraded: state.degraded,
-            superseded: state.superseded,
-            headroom: state.headroom,
-        }
+        self.shared.status()
     }
 
     /// Held instances, sorted by namespace and id.
@@ -124,7 +102,7 @@ impl Handle {
         }];
         let answer = self.shared.registry.post_thrice("release", &body).await?;
         let released = answer.get("released").and_then(Value::as_u64);
-        Ok(released.ok_or(CallError::BadAnswer { status: 200 })? > 0)
+        Ok(released.ok_or(CallError::from(Failure::BadAnswer { status: 200 }))? > 0)
     }
 
     /// Sets the owner tag of the held `(ns, id)` (1–256 characters). Whether the registry
@@ -143,7 +121,7 @@ impl Handle {
         let answer = self.shared.registry.post_thrice("tag", &body).await?;
         read_answer::<TagAnswer>(answer)
             .map(|a| a.tagged)
-            .ok_or(CallError::BadAnswer { status: 200 })
+            .ok_or(CallError::from(Failure::BadAnswer { status: 200 }))
     }
 }
 
@@ -195,7 +173,7 @@ impl Handle {
         let answer = self.shared.registry.post_thrice("schedule", &body).await?;
         read_answer::<ScheduleAnswer>(answer)
             .map(|a| a.scheduled > 0)
-            .ok_or(CallError::BadAnswer { status: 200 })
+            .ok_or(CallError::from(Failure::BadAnswer { status: 200 }))
     }
 }
 
@@ -241,14 +219,15 @@ mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
     use std::thread;
+    use std::time::Duration;
 
     use serde_json::json;
 
     use super::*;
     use crate::config::Config;
     use crate::durable::FileStore;
-    use crate::held::Admission;
     use crate::registry::Registry;
+    use pinboard_protocol::worker::held::Admission;
 
     /// The request the worker sent (head, body), answered with `answer` (status line on).
     fn answer_once(registry: &TcpListener, answer: &'static str) -> (String, Value) {
@@ -298,7 +277,7 @@ mod tests {
         let client = Registry::new(
             config.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            "tok",
+            pinboard_protocol::worker::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let addr = registry.local_addr().unwrap();
@@ -366,11 +345,14 @@ mod tests {
         assert!(matches!(scheduled, Ok(true)), "{scheduled:?}");
         assert!(matches!(cancelled, Ok(false)), "{cancelled:?}");
         assert!(
-            matches!(lost, Err(CallError::Refused { status: 409, reregister: true, ref error, .. }) if error == "unknown session"),
+            matches!(lost, Err(CallError::Registry(Failure::Refused { status: 409, reregister: true, ref error, .. })) if error == "unknown session"),
             "{lost:?}"
         );
         assert!(
-            matches!(garbled, Err(CallError::BadAnswer { status: 200 })),
+            matches!(
+                garbled,
+                Err(CallError::Registry(Failure::BadAnswer { status: 200 }))
+            ),
             "{garbled:?}"
         );
         // The store remembers the last wake asked for.
@@ -385,7 +367,7 @@ mod tests {
         let client = Registry::new(
             bare.validate().unwrap(),
             pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-            "tok",
+            pinboard_protocol::worker::credential::Credential::new("tok", None).unwrap(),
             Duration::from_secs(5),
         );
         let handle = Handle::new(Arc::new(Shared::new(

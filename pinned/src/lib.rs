@@ -22,16 +22,18 @@
 //! node: `pinned` does not depend on it. [`Request`], [`Response`], [`Error`] (with its
 //! [`Origin`]) and [`DriverKind`] are re-exported for applications.
 //!
-//! Modules depend one way, each only on those listed before it (unit tests aside: surface's
-//! start serving threads through `runtime`):
-//! - `attest`, `epoch`, `registry`: pure parts and the registry client, importing no other
-//!   module of the crate; `durable` (the [`DurabilityStore`], [`FileStore`], the wakes under
-//!   way), importing `epoch`; `config`, importing `durable`'s trait;
-//! - `held`: the sharded map of held instances and their epochs;
-//! - `state`: what the threads share (identity, stop `Signal`s, protocol state, `Message`s);
+//! What does not depend on the runtime — attestation checks, epochs, the held map, the
+//! protocol state, the per-request checks, the registry loop and the credential — is
+//! `pinboard_protocol::worker`'s, shared with `pinned-tower` (the same worker as a tower layer
+//! on tokio). Modules here depend one way, each only on those listed before it (unit tests
+//! aside: surface's start serving threads through `runtime`):
+//! - `registry`: the registry client on `pinboard-http`; `durable` (the [`DurabilityStore`],
+//!   [`FileStore`], the wakes under way); `config`, importing `durable`'s trait;
+//! - `state`: what the threads share (the core, the stop `Signal`s);
 //! - `handle`: the application's [`Handle`] on that state;
 //! - `app`: the [`App`] trait and what it is given ([`Instance`], [`Event`]);
-//! - `control` (the registry protocol) and `surface` (what the worker serves);
+//! - `control` (the registry loop on the control thread) and `surface` (what the worker
+//!   serves);
 //! - `runtime`: the threads running those two; `worker`: [`Worker`], starting and stopping it all.
 //!
 //! ```no_run
@@ -55,13 +57,10 @@
 //! ```
 
 mod app;
-mod attest;
 mod config;
 mod control;
 mod durable;
-mod epoch;
 mod handle;
-mod held;
 mod registry;
 mod runtime;
 mod state;
@@ -69,15 +68,16 @@ mod surface;
 mod worker;
 
 pub use app::{App, Event, Instance};
-pub use attest::Attestation;
-pub use config::{Config, Takeover};
+pub use config::{Config, Registration, Takeover};
 pub use durable::{DurabilityStore, FileStore};
-pub use epoch::Epoch;
 pub use handle::{Handle, Held, Status};
 pub use pinboard_http::error::{Error, Origin};
 pub use pinboard_http::{DriverKind, Request, Response};
+pub use pinboard_protocol::worker::attest::Attestation;
+pub use pinboard_protocol::worker::control::Failure;
+pub use pinboard_protocol::worker::epoch::Epoch;
+pub use pinboard_protocol::worker::state::Message;
 pub use registry::CallError;
-pub use state::Message;
 pub use worker::{StartError, Worker};
 
 /// The node's blocking raw-socket test client, shared with its integration tests.

@@ -1,22 +1,25 @@
 //! Calls to the registry's worker routes (`POST {base}/registry/{route}`): one JSON request
 //! on a fresh connection through `pinboard-http`'s one-shot client, the answer turned into
 //! either its JSON object (read as the protocol's answer type by [`read_answer`]) or a
-//! [`CallError`] that says whether to re-register, give up or try again.
+//! [`Failure`] that says whether to re-register, give up or try again (the core's
+//! `read_reply`).
 
 use std::time::Duration;
 
 use http::Method;
 use pinboard_http::tls::ClientTls;
 use pinboard_http::{WorkerAddr, fetch};
+use pinboard_protocol::worker::control::{Failure, read_reply, thrice};
+use pinboard_protocol::worker::credential::Credential;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+
+pub(crate) use pinboard_protocol::worker::control::read_answer;
 
 /// Largest registry answer read. Answers are small; register's `duplicates` is the largest.
 const MAX_ANSWER: usize = 8 * 1024 * 1024;
-/// Pause before the second and third try of a call that gives up after three.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
 
+/// Why a call of the application's [`Handle`](crate::Handle) did not go through.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("the worker holds no session")]
@@ -27,47 +30,31 @@ pub enum CallError {
     Store(#[source] std::io::Error),
     #[error("{ns}/{id} is not held by this worker")]
     NotHeld { ns: String, id: String },
-    #[error("registry answered {status}: {error}")]
-    Refused {
-        status: u16,
-        /// The answer's `error` string.
-        error: String,
-        /// The registry lost the session: register again.
-        reregister: bool,
-        /// A higher-epoch registration displaced this one.
-        superseded: bool,
-    },
-    #[error("registry unreachable: {0}")]
-    Unreachable(#[source] pinboard_http::error::Error),
-    #[error("registry answered {status} with a body that is not the expected JSON object")]
-    BadAnswer { status: u16 },
-}
-
-impl CallError {
-    /// Whether sending the same call again may succeed.
-    fn is_transient(&self) -> bool {
-        match self {
-            CallError::Unreachable(_) => true,
-            CallError::Refused { status, .. } => *status >= 500,
-            _ => false,
-        }
-    }
+    /// The registry refused the call, answered something else than expected, or could not be
+    /// reached.
+    #[error(transparent)]
+    Registry(#[from] Failure),
 }
 
 pub(crate) struct Registry {
     addr: WorkerAddr,
     /// What an `https` registry's certificate is verified with.
     tls: ClientTls,
-    authorization: String,
+    credential: Credential,
     timeout: Duration,
 }
 
 impl Registry {
-    pub fn new(addr: WorkerAddr, tls: ClientTls, token: &str, timeout: Duration) -> Registry {
+    pub fn new(
+        addr: WorkerAddr,
+        tls: ClientTls,
+        credential: Credential,
+        timeout: Duration,
+    ) -> Registry {
         Registry {
             addr,
             tls,
-            authorization: format!("Bearer {token}"),
+            credential,
             timeout,
         }
     }
@@ -77,48 +64,33 @@ impl Registry {
         &self,
         route: &str,
         body: &B,
-    ) -> Result<Map<String, Value>, CallError> {
-        let path = format!("/registry/{route}");
-        let headers = [
-            ("authorization", self.authorization.as_str()),
-            ("content-type", "application/json"),
-        ];
+    ) -> Result<Map<String, Value>, Failure> {
         // The protocol's bodies are plain data: serializing them cannot fail.
         let body = serde_json::to_vec(body).expect("request serializes");
+        self.send(route, &body).await
+    }
+
+    /// `POST /registry/{route}` with the JSON `body`, through the one-shot client.
+    pub async fn send(&self, route: &str, body: &[u8]) -> Result<Map<String, Value>, Failure> {
+        let path = format!("/registry/{route}");
+        let authorization = self.credential.authorization();
+        let headers = [
+            ("authorization", authorization.as_str()),
+            ("content-type", "application/json"),
+        ];
         let answer = fetch(
             &self.addr,
             &self.tls,
             Method::POST,
             &path,
             &headers,
-            &body,
+            body,
             self.timeout,
             MAX_ANSWER,
         )
         .await
-        .map_err(CallError::Unreachable)?;
-        let status = answer.status.as_u16();
-        let object = match serde_json::from_slice(&answer.body) {
-            Ok(Value::Object(object)) => Some(object),
-            _ => None,
-        };
-        match object {
-            Some(object) if answer.status.is_success() => Ok(object),
-            None if answer.status.is_success() => Err(CallError::BadAnswer { status }),
-            object => {
-                let object = object.unwrap_or_default();
-                let flag = |key: &str| object.get(key).and_then(Value::as_bool) == Some(true);
-                Err(CallError::Refused {
-                    status,
-                    error: match object.get("error") {
-                        Some(Value::String(error)) => error.clone(),
-                        _ => String::from_utf8_lossy(&answer.body).into_owned(),
-                    },
-                    reregister: flag("reregister"),
-                    superseded: flag("superseded"),
-                })
-            }
-        }
+        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+        read_reply(answer.status.as_u16(), &answer.body)
     }
 
     /// [`post`](Self::post), tried up to three times while the failure is transient (the
@@ -127,24 +99,12 @@ impl Registry {
         &self,
         route: &str,
         body: &B,
-    ) -> Result<Map<String, Value>, CallError> {
-        let mut tries = 1;
-        loop {
-            match self.post(route, body).await {
-                Err(e) if e.is_transient() && tries < 3 => {
-                    tracing::debug!(route, error = %e, tries, "registry call failed; retrying");
-                    tries += 1;
-                    monoio::time::sleep(RETRY_PAUSE).await;
-                }
-                result => return result,
-            }
-        }
+    ) -> Result<Map<String, Value>, Failure> {
+        thrice(
+            || self.post(route, body),
+            Failure::is_transient,
+            monoio::time::sleep,
+        )
+        .await
     }
-}
-
-/// A 2xx answer's object read as `A`, one of `pinboard_protocol::registry`'s answers; `None`
-/// when a field the worker cannot do without is missing or malformed (the others read as
-/// absent).
-pub(crate) fn read_answer<A: DeserializeOwned>(answer: Map<String, Value>) -> Option<A> {
-    serde_json::from_value(Value::Object(answer)).ok()
 }

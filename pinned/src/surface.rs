@@ -1,26 +1,24 @@
 //! What the worker serves (contract §4): `GET /_pinned/challenge`, `GET /_pinned/stats`, its
 //! instances `/{ns}/{id}...`, and with a durability store `POST /{ns}/{id}/_wake` (§7) — each
 //! gated as the spec says (proxy secret or attestation, attestation, attestation plus a
-//! well-formed and current placement epoch) before the application sees a request.
+//! well-formed and current placement epoch) before the application sees a request. The
+//! routes and checks are the core's (`pinboard_protocol::worker::serve`); this writes them
+//! out on `pinboard-http`, and runs the app and the `_wake` hook.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use http::header::{ALLOW, RETRY_AFTER};
-use http::{HeaderValue, Method, StatusCode};
+use http::{Method, StatusCode};
 use pinboard_http::error::{Error, Origin};
 use pinboard_http::{Handler, Request, Response, splits_when_decoded};
 use pinboard_protocol::Purpose;
-use pinboard_protocol::header::{ATTESTATION, EPOCH, LEASE_UNHEALTHY, PROXY_SECRET, REFUSAL};
+use pinboard_protocol::worker::serve::{Answer, Instance, Route, pinned_route_method, route};
 use serde_json::json;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use crate::app::{App, Instance};
-use crate::attest::{self, Attestation, Binding, Invalid};
+use crate::app::App;
 use crate::durable::{Begin, DurabilityStore};
-use crate::epoch::Epoch;
 use crate::handle::Handle;
-use crate::held::Admission;
 use crate::state::Shared;
 
 pub(crate) struct Surface<A> {
@@ -39,153 +37,15 @@ impl<A: App> Surface<A> {
         }
     }
 
-    /// The request's attestation, when valid for this session and issued for `purpose`.
-    fn attested(
-        &self,
-        req: &Request<'_>,
-        purpose: Purpose,
-    ) -> Result<(Binding, Attestation), Invalid> {
-        let token = req
-            .header(ATTESTATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or(Invalid::Malformed)?;
-        let session = self
-            .shared
-            .state()
-            .session
-            .clone()
-            .ok_or(Invalid::Audience)?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        let (binding, attestation) =
-            attest::verify(token, self.shared.secret.as_bytes(), &session, now)?;
-        if binding.purpose != purpose {
-            return Err(Invalid::Purpose);
-        }
-        Ok((binding, attestation))
-    }
-
-    fn challenge(&self, req: &Request<'_>) -> Response {
-        let secret = req
-            .header(PROXY_SECRET)
-            .is_some_and(|v| constant_time_eq(v.as_bytes(), self.shared.secret.as_bytes()));
-        if !secret && self.attested(req, Purpose::Challenge).is_err() {
-            return Response::text(StatusCode::FORBIDDEN, "invalid proxy secret");
-        }
-        let challenge = query_param(req.head.uri.query().unwrap_or(""), "challenge");
-        let state = self.shared.state();
-        match challenge.as_deref().and_then(|c| state.challenge_value(c)) {
-            Some(value) => Response::json_value(StatusCode::OK, &json!({ "value": value })),
-            None => Response::text(StatusCode::NOT_FOUND, "unknown challenge"),
-        }
-    }
-
-    fn stats(&self, req: &Request<'_>) -> Response {
-        if let Err(why) = self.attested(req, Purpose::Stats) {
-            debug!(reason = %why, "refusing a stats call");
-            return invalid_attestation();
-        }
-        let shared = &self.shared;
-        let now = Instant::now();
-        // The held map before the state lock, never under it (`state.rs`'s lock order).
-        let instances = shared.held.instances();
-        let state = shared.state();
-        let count: usize = instances.values().map(Vec::len).sum();
-        Response::json_value(
-            StatusCode::OK,
-            &json!({
-                "sessionId": state.session,
-                "clientId": shared.config.client_id,
-                "advertiseUrl": shared.advertise_url,
-                "namespaces": shared.config.namespaces,
-                "instances": instances,
-                "instanceCount": count,
-                "headroom": state.headroom,
-                "draining": state.draining || state.registry_draining,
-                "degraded": state.degraded,
-                "leaseHealthy": state.lease_healthy(now),
-                "threads": shared.config.threads,
-                "uptimeMs": now.duration_since(shared.started).as_millis() as u64,
-            }),
-        )
-    }
-
-    async fn instance(
-        &self,
-        req: &mut Request<'_>,
-        ns: String,
-        id: String,
-        rest: String,
-    ) -> Result<Response, Error> {
-        // A `_wake` is the durability sweep's, never a client's: it takes a wake token.
-        let purpose = if rest == "/_wake" {
-            Purpose::Wake
-        } else {
-            Purpose::Forward
-        };
-        let (binding, attestation) = match self.attested(req, purpose) {
-            Ok(attested) => attested,
-            Err(why) => {
-                debug!(%ns, %id, reason = %why, "refusing an unattested instance request");
-                return Ok(invalid_attestation());
-            }
-        };
-        let mut epochs = req.head.headers.get_all(EPOCH).iter();
-        let (first, repeated) = (epochs.next(), epochs.next().is_some());
-        let Some(epoch) = first.and_then(|v| Epoch::parse(v.as_bytes())) else {
-            return Ok(Response::text(
-                StatusCode::BAD_REQUEST,
-                "malformed placement epoch",
-            ));
-        };
-        // The token names the placement it was minted for: another instance's or another
-        // epoch's token, or a second `Pinboard-Epoch` beside it, is a replay.
-        let bound = if binding.inst.as_deref() != Some(&format!("{ns}/{id}")) {
-            Err(Invalid::Instance)
-        } else if repeated || binding.epoch.as_deref() != Some(epoch.as_str()) {
-            Err(Invalid::Epoch)
-        } else {
-            Ok(())
-        };
-        if let Err(why) = bound {
-            debug!(%ns, %id, %epoch, reason = %why, "refusing a replayed attestation");
-            return Ok(invalid_attestation());
-        }
-        let admission = self.shared.admit(&ns, &id, &epoch, Instant::now());
-        let activated = match admission {
-            Admission::Serve { activated } => activated,
-            Admission::Stale => {
-                debug!(%ns, %id, %epoch, "refusing a forward at a stale epoch");
-                return Ok(Response::text(
-                    StatusCode::CONFLICT,
-                    "stale placement epoch",
-                ));
-            }
-            Admission::Refused => {
-                debug!(%ns, %id, %epoch, "refusing: lease unhealthy or stopping");
-                return Ok(lease_unhealthy());
-            }
-        };
-        let instance = Instance {
-            ns,
-            id,
-            rest,
-            epoch,
-            activated,
-            attestation,
-        };
-        if let (Purpose::Wake, Some(store)) = (purpose, &self.shared.config.durability) {
+    async fn instance(&self, req: &mut Request<'_>, instance: Instance) -> Result<Response, Error> {
+        if let Some(store) = &self.shared.config.durability
+            && instance.rest == "/_wake"
+        {
             return Ok(self.wake(instance, store.clone()).await);
         }
         let answer = self.app.handle(&self.handle, &instance, req).await?;
-        // Admitted on a live lease, the answer may still come past it (the worker was paused
-        // while the app ran): by then the instance may be another worker's, so the answer is
-        // withheld, refused like a forward that came past the lease.
-        if !self.shared.state().lease_healthy(Instant::now()) {
-            debug!(ns = %instance.ns, id = %instance.id, epoch = %instance.epoch,
-                "refusing: the lease lapsed while the app answered");
-            return Ok(lease_unhealthy());
+        if self.shared.withholds_answer(&instance) {
+            return Ok(write(Answer::lease_unhealthy()));
         }
         Ok(answer)
     }
@@ -236,60 +96,59 @@ impl<A: App> Handler for Surface<A> {
     type Note = ();
 
     async fn handle(&self, req: &mut Request<'_>, _: &mut ()) -> Result<Response, Error> {
-        let Some(path) = req.path().strip_prefix(self.shared.base.as_str()) else {
-            return Ok(not_found());
+        let shared = &self.shared;
+        let (ns, id, rest) = match route(req.path(), &shared.base, &shared.namespaces) {
+            Route::Challenge | Route::Stats if pinned_route_method(req.method()).is_some() => {
+                return Ok(write(pinned_route_method(req.method()).expect("checked")));
+            }
+            Route::Challenge => {
+                let query = req.head.uri.query().unwrap_or("");
+                return Ok(write(shared.challenge(&req.head.headers, query)));
+            }
+            Route::Stats => {
+                let mut threads = serde_json::Map::new();
+                threads.insert("threads".into(), json!(shared.config.threads));
+                return Ok(write(shared.stats(&req.head.headers, threads)));
+            }
+            Route::Elsewhere | Route::Other => return Ok(write(Answer::not_found())),
+            Route::Instance { ns, id, rest } => (ns, id, rest),
         };
-        let readable = matches!(*req.method(), Method::GET | Method::HEAD);
-        match path {
-            "/_pinned/challenge" | "/_pinned/stats" if !readable => Ok(Response::text(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method not allowed",
-            )
-            .header(ALLOW, HeaderValue::from_static("GET, HEAD"))),
-            "/_pinned/challenge" => Ok(self.challenge(req)),
-            "/_pinned/stats" => Ok(self.stats(req)),
-            _ => match split_instance(path, &self.shared.config.namespaces) {
-                // Pinboard never sends such a path; a server in front that decodes would
-                // route it as another (`..%2F..%2Fadmin` as `../../admin`).
-                Some((_, _, rest)) if splits_when_decoded(rest) => Ok(Response::text(
-                    StatusCode::BAD_REQUEST,
-                    "invalid instance path",
-                )),
-                // Mounted only with a durability store (contract §4, §7).
-                Some((_, _, "/_wake")) if self.shared.config.durability.is_none() => {
-                    Ok(not_found())
-                }
-                Some((_, _, "/_wake")) if *req.method() != Method::POST => Ok(Response::text(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method not allowed",
-                )
-                .header(ALLOW, HeaderValue::from_static("POST"))),
-                Some((ns, id, rest)) => {
-                    let (ns, id, rest) = (ns.to_owned(), id.to_owned(), rest.to_owned());
-                    self.instance(req, ns, id, rest).await
-                }
-                None => Ok(not_found()),
-            },
+        // Pinboard never sends such a path; a server in front that decodes would route it as
+        // another (`..%2F..%2Fadmin` as `../../admin`).
+        if splits_when_decoded(rest) {
+            return Ok(write(Answer::text(
+                StatusCode::BAD_REQUEST,
+                "invalid instance path",
+            )));
+        }
+        // A `_wake` is the durability sweep's, never a client's: it takes a wake token, and is
+        // mounted only with a durability store (contract §4, §7).
+        let purpose = if rest == "/_wake" {
+            if shared.config.durability.is_none() {
+                return Ok(write(Answer::not_found()));
+            }
+            if *req.method() != Method::POST {
+                return Ok(write(Answer::method_not_allowed("POST")));
+            }
+            Purpose::Wake
+        } else {
+            Purpose::Forward
+        };
+        let (ns, id, rest) = (ns.to_owned(), id.to_owned(), rest.to_owned());
+        match shared.admit_request(&req.head.headers, &ns, &id, &rest, purpose) {
+            Ok(instance) => self.instance(req, instance).await,
+            Err(refused) => Ok(write(refused)),
         }
     }
 }
 
-/// The in-band refusal (503, `Retry-After: 1`, `Pinned-Refusal: lease-unhealthy`): Pinboard
-/// re-places the instance.
-fn lease_unhealthy() -> Response {
-    Response::json_value(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &json!({ "detail": "lease unhealthy" }),
-    )
-    .header(RETRY_AFTER, HeaderValue::from_static("1"))
-    .header(REFUSAL, HeaderValue::from_static(LEASE_UNHEALTHY))
-}
-
-fn invalid_attestation() -> Response {
-    Response::json_value(
-        StatusCode::FORBIDDEN,
-        &json!({ "detail": "invalid attestation" }),
-    )
+/// The core's answer as a `pinboard-http` response.
+fn write(answer: Answer) -> Response {
+    let mut response = Response::new(answer.status, Some(answer.content_type), answer.body.into());
+    for (name, value) in answer.headers {
+        response = response.header(name, value);
+    }
+    response
 }
 
 fn activating() -> Response {
@@ -298,60 +157,6 @@ fn activating() -> Response {
 
 fn resident() -> Response {
     Response::json_value(StatusCode::OK, &json!({ "ok": true }))
-}
-
-fn not_found() -> Response {
-    Response::json_value(StatusCode::NOT_FOUND, &json!({ "detail": "not found" }))
-}
-
-/// `/{segment}/{id}{rest}` → `("/{segment}", id, rest)` when `/{segment}` is one of
-/// `namespaces` and `id` is not empty.
-fn split_instance<'p>(path: &'p str, namespaces: &[String]) -> Option<(&'p str, &'p str, &'p str)> {
-    let after_ns = path.get(1..)?.find('/')? + 1;
-    let (ns, tail) = path.split_at(after_ns);
-    if !namespaces.iter().any(|n| n == ns) {
-        return None;
-    }
-    let tail = &tail[1..];
-    let id_end = tail.find('/').unwrap_or(tail.len());
-    let (id, rest) = tail.split_at(id_end);
-    (!id.is_empty()).then_some((ns, id, rest))
-}
-
-/// The first value of `name` in a query string, percent-decoded.
-fn query_param(query: &str, name: &str) -> Option<String> {
-    query.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(key) == name).then(|| percent_decode(value))
-    })
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let hex = |i: usize| {
-        let digit = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
-        Some(digit(bytes.get(i + 1))? * 16 + digit(bytes.get(i + 2))?)
-    };
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match (bytes[i], hex(i)) {
-            (b'%', Some(byte)) => {
-                // Two hex digits make at most 255.
-                out.push(byte as u8);
-                i += 3;
-                continue;
-            }
-            (b'+', _) => out.push(b' '),
-            (b, _) => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
@@ -364,11 +169,11 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::attest::tests::{mint, mint_forward, mint_with};
     use crate::config::Config;
     use crate::registry::Registry;
     use crate::runtime::{bind, choose_driver, spawn_serving, uring_available};
     use crate::test_http::{Client, Reply};
+    use pinboard_protocol::worker::mint::{mint, mint_forward, mint_with};
 
     /// Answers with what it was told about the instance, and the request body.
     struct Describe;
@@ -411,7 +216,7 @@ mod tests {
             let registry = Registry::new(
                 config.validate().unwrap(),
                 pinboard_http::tls::ClientTls::new(None, pinboard_http::tls::Alpn::Http1).unwrap(),
-                "token",
+                pinboard_protocol::worker::credential::Credential::new("token", None).unwrap(),
                 Duration::from_secs(1),
             );
             let listeners = bind(config.listen, 1).unwrap();

@@ -16,6 +16,7 @@ use crate::handle::Handle;
 use crate::registry::Registry;
 use crate::runtime::{bind, choose_driver, spawn_control, spawn_serving};
 use crate::state::Shared;
+use pinboard_protocol::worker::credential::Credential;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -49,7 +50,9 @@ impl Worker {
         let base = WorkerAddr::parse(&advertise_url)
             .map_err(|rule| StartError::Config(rule.to_owned()))?
             .base;
-        let registry = Registry::new(registry, registry_tls, &config.token, config.call_timeout);
+        let credential = Credential::new(&config.token, config.token_file.as_deref())
+            .map_err(StartError::Config)?;
+        let registry = Registry::new(registry, registry_tls, credential, config.call_timeout);
         let shared = Arc::new(Shared::new(
             config,
             registry,

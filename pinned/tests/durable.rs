@@ -21,11 +21,10 @@ use pinned::{
 };
 use serde_json::{Value, json};
 use support::http::{Client, Reply};
+use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::Node;
 use support::redis::RedisServer;
-use support::{
-    SHARDS, attestation, attestation_for, block_on, end_cold_start, eventually, keys, registered,
-};
+use support::{attestation, attestation_for, block_on, eventually, registered};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {

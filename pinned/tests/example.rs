@@ -11,16 +11,18 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pinboard::store::bucket_of;
 use pinned::{DurabilityStore, FileStore};
 use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
+use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::{Node, token};
 use support::process::Output;
 use support::redis::RedisServer;
-use support::{SHARDS, end_cold_start, eventually, keys};
+use support::tokens::{expiring_worker_token, replace_token};
+use support::{eventually, workers};
 
 struct Example {
     child: Child,
@@ -38,14 +40,20 @@ impl Example {
 
     /// A worker registered as `client_id`, with `extra` arguments.
     fn start_as(node: &Node, client_id: &str, extra: &[&str]) -> Example {
+        let token = token("acct-1", &["pinboard:worker"], &["*"]);
+        Example::launch(node, client_id, extra, &[("PINNED_TOKEN", &token)])
+    }
+
+    /// A worker registered as `client_id` with `extra` arguments and the credential `env`
+    /// gives (`PINNED_TOKEN` or `PINNED_TOKEN_FILE`).
+    fn launch(node: &Node, client_id: &str, extra: &[&str], env: &[(&str, &str)]) -> Example {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
             .args(["--registry", &node.url(), "--namespaces", "/threads,/docs"])
             .args(["--client-id", client_id])
             .args(extra)
-            .env(
-                "PINNED_TOKEN",
-                token("acct-1", &["pinboard:worker"], &["*"]),
-            )
+            .env_remove("PINNED_TOKEN")
+            .env_remove("PINNED_TOKEN_FILE")
+            .envs(env.iter().copied())
             .env("PINNED_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -102,14 +110,15 @@ impl Example {
                 .unwrap()
                 .success()
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(Instant::now() < deadline, "pinned-example did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.exit_code(Duration::from_secs(20))
+    }
+
+    /// The exit code, once it exits within `limit` (the test fails otherwise).
+    fn exit_code(&mut self, limit: Duration) -> Option<i32> {
+        let log = self.log.clone();
+        workers::exit_code(&mut self.child, limit, "pinned-example", || {
+            log.lock().unwrap().join("\n")
+        })
     }
 }
 
@@ -120,33 +129,21 @@ impl Drop for Example {
     }
 }
 
-fn heartbeat_status(node: &Node, session: &str) -> u16 {
-    let body = json!({
-        "sessionId": session, "headroom": 1, "draining": false,
-        "challenge": "c", "challengeValue": "v",
-    });
-    let token = token("acct-1", &["pinboard:worker"], &["*"]);
-    post_json(
-        node.addr,
-        "/registry/heartbeat",
-        Some(&token),
-        &body.to_string(),
-    )
-    .status
-}
-
 #[test]
 fn registers_then_deregisters_on_sigterm() {
     let redis = RedisServer::start();
     let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "3000")]);
     let mut example = Example::start(&node, &["--driver", "epoll"]);
-    assert_eq!(heartbeat_status(&node, &example.session), 200);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        200
+    );
     // Unattested requests are refused by the library before the example sees them.
     assert_eq!(get(example.addr, "/threads/a/count", None).status, 403);
 
     assert_eq!(example.terminate(), Some(0));
     assert_eq!(
-        heartbeat_status(&node, &example.session),
+        workers::session_status(&node, "acct-1", &example.session),
         409,
         "{}",
         node.log()
@@ -204,7 +201,10 @@ fn counts_and_echoes_through_the_node() {
     assert_ne!(fresh["epoch"], second["epoch"]);
 
     assert_eq!(example.terminate(), Some(0));
-    assert_eq!(heartbeat_status(&node, &example.session), 409);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        409
+    );
 }
 
 /// POSTs through the node after 6 s without traffic (longer than uvicorn's and Node's 5 s
@@ -423,4 +423,57 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
         late.status,
         late.text()
     );
+}
+
+#[test]
+fn a_token_file_that_expires_unreplaced_exits_4_with_the_reason() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let valid = Duration::from_secs(6);
+    replace_token(&file, &expiring_worker_token("acct-1", valid));
+    let path = file.to_str().unwrap();
+    let mut example = Example::launch(&node, "example-1", &[], &[("PINNED_TOKEN_FILE", path)]);
+    assert_eq!(
+        workers::session_status(&node, "acct-1", &example.session),
+        200
+    );
+
+    assert_eq!(example.exit_code(valid + Duration::from_secs(30)), Some(4));
+    let log = example.log().join("\n");
+    assert!(
+        log.contains("the registry refused this worker's credential for longer than its lease")
+            && log.contains("status=401"),
+        "{log}"
+    );
+}
+
+#[test]
+fn token_and_token_file_together_are_a_configuration_error() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    replace_token(&file, &token("acct-1", &["pinboard:worker"], &["*"]));
+    let output = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
+        .args(["--registry", &node.url(), "--namespaces", "/threads"])
+        .args(["--token", "t", "--token-file", file.to_str().unwrap()])
+        .env_remove("PINNED_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--token-file"), "{stderr}");
+    // A file that holds no token fails the start, naming the setting.
+    std::fs::write(&file, "").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
+        .args(["--registry", &node.url(), "--namespaces", "/threads"])
+        .args(["--token-file", file.to_str().unwrap()])
+        .env_remove("PINNED_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("token_file"), "{stderr}");
 }

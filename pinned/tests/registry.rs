@@ -1,6 +1,7 @@
 //! The worker against a real `pinboard serve` and a real redis-server: registration,
 //! heartbeats, re-registration (reclaiming or evicting held instances), release, tag,
-//! supersession, wind-down messages and the graceful shutdown.
+//! supersession, wind-down messages, the graceful shutdown, and a credential that rotates
+//! through a token file or expires.
 //!
 //! Placements are written straight into Redis in the contract's layout (§5) and requests are
 //! sent to the worker attested as Pinboard would forward them, so these tests need only the
@@ -11,7 +12,7 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pinned::{
     App, CallError, Config, Error, Event, Handle, Instance, Request, Response, Takeover, Worker,
@@ -20,9 +21,11 @@ use serde_json::{Value, json};
 use support::http::{Client, Reply, get, post_json};
 use support::node::{Node, token};
 use support::redis::RedisServer;
-use support::{attestation, block_on, eventually, registered};
+use support::tokens::{expiring_worker_token, replace_token};
+use support::{attestation, block_on, eventually, registered, workers};
 
 const LEASE_MS: u64 = 2000;
+const LEASE: Duration = Duration::from_millis(LEASE_MS);
 const ACCOUNT: &str = "acct-1";
 
 /// Answers with what it was told about the instance; records every event.
@@ -102,17 +105,8 @@ impl Fleet {
 
     /// A heartbeat for `session` sent by the test itself.
     fn heartbeat(&self, session: &str) -> Reply {
-        let body = json!({
-            "sessionId": session, "headroom": 1, "draining": false,
-            "challenge": "c", "challengeValue": "v",
-        });
         let token = token(ACCOUNT, &["pinboard:worker"], &["*"]);
-        post_json(
-            self.node.addr,
-            "/registry/heartbeat",
-            Some(&token),
-            &body.to_string(),
-        )
+        workers::heartbeat(self.node.addr, session, &token)
     }
 }
 
@@ -329,10 +323,10 @@ fn a_higher_epoch_registration_supersedes_this_one() {
         let env = env.to_owned();
         move |config: &mut Config| {
             config.namespaces = vec!["/threads".into()];
-            config.hostname = Some("app.example.com".into());
-            config.env = Some(env);
-            config.takeover = Some(Takeover::WindDown);
-            config.epoch = Some(epoch);
+            config.registration.hostname = Some("app.example.com".into());
+            config.registration.env = Some(env);
+            config.registration.takeover = Some(Takeover::WindDown);
+            config.registration.epoch = Some(epoch);
         }
     };
     let (old_app, new_app) = (Recorder::default(), Recorder::default());
@@ -441,5 +435,83 @@ fn requests_through_the_node_reach_the_instance() {
     let stats = &stats["workers"][0]["stats"];
     assert_eq!(stats["sessionId"], json!(handle.session_id()));
     assert_eq!(stats["instances"], json!({ "/threads": ["t1"] }));
+    worker.shutdown();
+}
+
+/// How long the first token of the credential tests stays valid.
+const FIRST_TOKEN: Duration = Duration::from_secs(6);
+
+/// A worker whose credential is `file`, holding a token valid for [`FIRST_TOKEN`] (from the
+/// instant returned on).
+fn token_file_worker(fleet: &Fleet, app: &Recorder, file: &std::path::Path) -> (Worker, Instant) {
+    let expires = Instant::now() + FIRST_TOKEN;
+    replace_token(file, &expiring_worker_token(ACCOUNT, FIRST_TOKEN));
+    let worker = fleet.worker(app, |c| {
+        c.token.clear();
+        c.token_file = Some(file.to_owned());
+    });
+    (worker, expires)
+}
+
+#[test]
+fn a_replaced_token_file_keeps_the_worker_registered_past_the_first_tokens_expiry() {
+    let fleet = Fleet::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let app = Recorder::default();
+    let (worker, expires) = token_file_worker(&fleet, &app, &file);
+    let handle = worker.handle();
+    let session = handle.session_id().unwrap();
+    let first = std::fs::read_to_string(&file).unwrap();
+    replace_token(&file, &token(ACCOUNT, &["pinboard:worker"], &["*"]));
+
+    // Several leases past the first token's end: by then the node refuses it.
+    std::thread::sleep(expires.saturating_duration_since(Instant::now()) + 3 * LEASE);
+    let refused = workers::heartbeat(fleet.node.addr, &session, first.trim());
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    // The worker heartbeats with the token it read again: the same session, a live lease.
+    let renewed = eventually(3 * LEASE, || handle.status().lease_healthy);
+    let status = handle.status();
+    assert!(renewed && !status.credential_refused, "{status:?}");
+    assert_eq!(status.session_id.as_deref(), Some(session.as_str()));
+    assert_eq!(forward(handle, "/threads/a", "1").status, 200);
+    assert_eq!(registrations(&app.events()).len(), 1, "{:?}", app.events());
+    assert!(
+        !app.events()
+            .iter()
+            .any(|e| matches!(e, Event::CredentialRefused { .. }))
+    );
+    worker.shutdown();
+}
+
+#[test]
+fn a_token_that_expires_unreplaced_stops_the_worker() {
+    let fleet = Fleet::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let app = Recorder::default();
+    let (worker, _) = token_file_worker(&fleet, &app, &file);
+    let handle = worker.handle();
+    assert_eq!(forward(handle, "/threads/a", "1").status, 200);
+    let stopped = || {
+        app.events()
+            .iter()
+            .any(|e| matches!(e, Event::CredentialRefused { status: 401, .. }))
+    };
+    assert!(
+        eventually(FIRST_TOKEN + 10 * LEASE, stopped),
+        "{:?}\n{}",
+        app.events(),
+        fleet.node.log()
+    );
+    let status = handle.status();
+    assert!(
+        status.credential_refused && !status.lease_healthy,
+        "{status:?}"
+    );
+    // What it held is dropped (its epoch now stale here) and nothing new is taken.
+    assert!(handle.held().is_empty());
+    assert_eq!(forward(handle, "/threads/a", "1").status, 409);
+    assert_eq!(forward(handle, "/threads/b", "1").status, 503);
     worker.shutdown();
 }

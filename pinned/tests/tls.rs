@@ -15,9 +15,10 @@ use pinned::{App, Config, Error, Handle, Instance, Request, Response, StartError
 use serde_json::json;
 use support::certs::Ca;
 use support::http::{Client, get};
+use support::layout::end_cold_start;
 use support::node::{Node, token};
 use support::redis::RedisServer;
-use support::{block_on, end_cold_start, eventually, registered};
+use support::{block_on, eventually, registered};
 
 /// Answers which instance it served.
 struct Echo;

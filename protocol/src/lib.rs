@@ -2,11 +2,16 @@
 //! "Headers" and "The worker's side"), defined once for the node that speaks it and for
 //! `pinned`, the worker library: the [`header`] names either side writes or reads, what an
 //! attestation is for ([`Purpose`]), hostname-aware mode's [`Takeover`] policy, and the
-//! [`registry`] routes' request and answer bodies. Nothing here does I/O.
+//! [`registry`] routes' request and answer bodies, the request-[`path`] rules both sides
+//! apply; and the [`worker`] side's rules, decided
+//! without a runtime for both worker libraries. Nothing here does network I/O (a worker's
+//! token file is read by [`worker::credential`]).
 
 use serde::{Deserialize, Serialize};
 
+pub mod path;
 pub mod registry;
+pub mod worker;
 
 /// The `Pinboard-*` and `Pinned-*` headers of the protocol, lowercased as they arrive.
 ///

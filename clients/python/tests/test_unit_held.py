@@ -1,5 +1,5 @@
 """The admission table (`HeldMap` under a `Gate`) and the worker state's gate, as the Rust twin
-tests them (pinned/src/held.rs, state.rs): the clock is passed in, so times are exact."""
+tests them (protocol/src/worker/held.rs, state.rs): the clock is passed in, so times are exact."""
 
 from __future__ import annotations
 

@@ -29,7 +29,10 @@
 //! It prints `listening ADDR advertise=URL` once bound and `registered session=ID` on every
 //! (re)registration. SIGTERM or SIGINT shuts down gracefully (release, deregister) and exits
 //! 0; a second signal exits at once. Superseded by a higher-epoch registration, it shuts down
-//! and exits 1. A configuration it cannot start with exits 2.
+//! and exits 1; when the registry refused its credential past its lease (an expired token
+//! never replaced: give `--token-file` to rotate it without a restart), it exits 4 (as the
+//! Python runner does), unless `--retry-refused-credential`. A configuration it cannot start
+//! with exits 2.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -69,8 +72,22 @@ struct Args {
     #[arg(long, env = "PINNED_REGISTRY_CA_FILE")]
     registry_ca_file: Option<PathBuf>,
     /// Passport credential with the pinboard:worker scope.
-    #[arg(long, env = "PINNED_TOKEN", hide_env_values = true)]
-    token: String,
+    #[arg(
+        long,
+        env = "PINNED_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "token_file",
+        conflicts_with = "token_file"
+    )]
+    token: Option<String>,
+    /// A file holding the credential instead, read again whenever it changes (a rotated
+    /// token is used without a restart).
+    #[arg(long, env = "PINNED_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Keep retrying when the registry refuses the credential past the lease, rather than
+    /// stop and exit 4.
+    #[arg(long, env = "PINNED_RETRY_REFUSED_CREDENTIAL")]
+    retry_refused_credential: bool,
     #[arg(long, env = "PINNED_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
     /// Comma-separated namespaces, each `/segment`.
@@ -139,7 +156,10 @@ fn ns_env(pair: &str) -> Result<(String, String), String> {
 impl Args {
     fn config(self) -> std::io::Result<Config> {
         let namespaces: Vec<&str> = self.namespaces.iter().map(String::as_str).collect();
-        let mut config = Config::new(&self.registry, &self.token, &self.client_id, &namespaces);
+        let token = self.token.as_deref().unwrap_or_default();
+        let mut config = Config::new(&self.registry, token, &self.client_id, &namespaces);
+        config.token_file = self.token_file;
+        config.registration.stop_on_refused_credential = !self.retry_refused_credential;
         config.listen = self.listen;
         config.advertise_url = self.advertise_url;
         config.registry_ca_file = self.registry_ca_file;
@@ -152,14 +172,14 @@ impl Args {
             "epoll" => DriverKind::Epoll,
             _ => DriverKind::Auto,
         };
-        config.hostname = self.hostname;
-        config.env = self.env;
-        config.envs = self.envs.into_iter().collect::<BTreeMap<_, _>>();
-        config.takeover = self.takeover.map(|t| match t.as_str() {
+        config.registration.hostname = self.hostname;
+        config.registration.env = self.env;
+        config.registration.envs = self.envs.into_iter().collect::<BTreeMap<_, _>>();
+        config.registration.takeover = self.takeover.map(|t| match t.as_str() {
             "deny" => Takeover::Deny,
             _ => Takeover::WindDown,
         });
-        config.epoch = self.epoch;
+        config.registration.epoch = self.epoch;
         config.expected_instances = self.expected_instances;
         if let Some(dir) = self.durable_dir {
             config.durability = Some(Arc::new(FileStore::open(dir)?));
@@ -171,7 +191,10 @@ impl Args {
 /// Why `main` stops the worker.
 enum Stop {
     Signal,
+    /// A higher-epoch registration displaced it.
     Superseded,
+    /// The registry refused its credential past the lease.
+    CredentialRefused,
 }
 
 /// Shards of the counters: as the library splits its held instances (`src/held.rs`), so that
@@ -437,6 +460,10 @@ impl App for Counters {
                 warn!(%error, "superseded; shutting down");
                 let _ = self.stop.send(Stop::Superseded);
             }
+            // The library logged why; a supervisor sees the exit status.
+            Event::CredentialRefused { .. } => {
+                let _ = self.stop.send(Stop::CredentialRefused);
+            }
         }
     }
 }
@@ -496,6 +523,8 @@ fn main() -> ExitCode {
     match why {
         Stop::Signal => ExitCode::SUCCESS,
         Stop::Superseded => ExitCode::from(1),
+        // As the Python runner's EXIT_CREDENTIAL_REFUSED.
+        Stop::CredentialRefused => ExitCode::from(4),
     }
 }
 

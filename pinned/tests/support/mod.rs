@@ -7,12 +7,18 @@
 pub mod certs;
 #[path = "../../../tests/support/http.rs"]
 pub mod http;
+/// The node's Redis layout as the worker tests write it; shared with `pinned-tower`'s tests.
+pub mod layout;
 #[path = "../../../tests/support/node.rs"]
 pub mod node;
 #[path = "../../../tests/support/process.rs"]
 pub mod process;
 #[path = "../../../tests/support/redis.rs"]
 pub mod redis;
+/// Worker credentials that expire or rotate; shared with `pinned-tower`'s tests.
+pub mod tokens;
+/// A heartbeat for a worker's session, a worker process's exit; shared with `pinned-tower`.
+pub mod workers;
 
 use std::future::Future;
 use std::time::Duration;
@@ -41,22 +47,6 @@ pub fn registered<A: App>(
         node.log()
     );
     worker
-}
-
-/// The node's buckets by default (`shards`): the tests' nodes keep it.
-pub const SHARDS: u32 = 16;
-
-/// The names of the node's Redis keys, as it names them by default.
-pub fn keys() -> pinboard::store::Keys {
-    pinboard::store::Keys::new("pinboard:", SHARDS)
-}
-
-/// Ends the registry's cold start in every bucket before any request starts it: a bucket's
-/// window runs one lease from its `boot_time`, set here to the Unix epoch.
-pub fn end_cold_start(redis: &redis::RedisServer) {
-    for bucket in 0..SHARDS {
-        redis.cli(&["SET", &keys().bucket(bucket).boot_time, "0"]);
-    }
 }
 
 /// Runs `future` on a throwaway monoio event loop (for [`pinned::Handle`]'s async calls from a

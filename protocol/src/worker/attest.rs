@@ -13,10 +13,10 @@
 //! (see `surface.rs`), so a token seen once cannot be replayed on another route, instance or
 //! epoch.
 
+use crate::Purpose;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
-use pinboard_protocol::Purpose;
 use serde_json::{Map, Value};
 use sha2::Sha256;
 
@@ -177,45 +177,14 @@ fn decode_object(part: &str) -> Option<Map<String, Value>> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use jsonwebtoken::{Algorithm, EncodingKey, Header};
+mod tests {
+    use jsonwebtoken::Algorithm;
     use serde_json::json;
 
     use super::*;
+    use crate::worker::mint::{SECRET, mint, mint_with};
 
-    pub(crate) const SECRET: &str = "0123456789abcdef0123456789abcdef";
     const NOW: u64 = 1_700_000_000;
-
-    /// An attestation as Pinboard mints it, through an independent JWT implementation.
-    pub(crate) fn mint_with(alg: Algorithm, typ: &str, secret: &str, claims: &Value) -> String {
-        let mut header = Header::new(alg);
-        header.typ = Some(typ.to_owned());
-        let key = EncodingKey::from_secret(secret.as_bytes()).unwrap();
-        jsonwebtoken::encode(&header, claims, &key).unwrap()
-    }
-
-    /// A token for a `/_pinned/*` route.
-    pub(crate) fn mint(secret: &str, aud: &str, iat: u64, purpose: &str) -> String {
-        let claims = json!({ "aud": aud, "iat": iat, "exp": iat + 30, "purpose": purpose });
-        mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
-    }
-
-    /// A forward's token, bound to `inst` at `epoch`.
-    pub(crate) fn mint_forward(secret: &str, aud: &str, inst: &str, epoch: &str) -> String {
-        let iat = now();
-        let claims = json!({
-            "aud": aud, "iat": iat, "exp": iat + 30,
-            "purpose": "forward", "inst": inst, "epoch": epoch,
-        });
-        mint_with(Algorithm::HS256, "pinboard+jwt", secret, &claims)
-    }
-
-    fn now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-    }
 
     fn check(token: &str) -> Result<Attestation, Invalid> {
         verify(token, SECRET.as_bytes(), "sess-1", NOW as f64).map(|(_, attestation)| attestation)
@@ -335,8 +304,10 @@ pub(crate) mod tests {
         assert!(check(&with(&iat, &exp, "0")).is_ok(), "the control case");
         let largest = i64::MAX.to_string();
         assert!(check(&with(&iat, &largest, &iat)).is_ok());
-        let shared: Vec<String> =
-            serde_json::from_str(include_str!("../tests/data/not-a-numeric-date.json")).unwrap();
+        let shared: Vec<String> = serde_json::from_str(include_str!(
+            "../../../pinned/tests/data/not-a-numeric-date.json"
+        ))
+        .unwrap();
         for bad in &shared {
             for token in [
                 with(bad, &exp, &iat),
@@ -378,7 +349,8 @@ pub(crate) mod tests {
     fn garbage_is_malformed() {
         let good = mint(SECRET, "sess-1", NOW, "stats");
         let shared: Vec<String> =
-            serde_json::from_str(include_str!("../tests/data/not-a-token.json")).unwrap();
+            serde_json::from_str(include_str!("../../../pinned/tests/data/not-a-token.json"))
+                .unwrap();
         let derived = [format!("{good}.extra"), format!("{good}==")];
         for bad in shared.iter().chain(&derived) {
             assert_eq!(check(bad), Err(Invalid::Malformed), "{bad:?}");

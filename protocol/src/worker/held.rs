@@ -5,7 +5,7 @@
 //! A worker can hold a million instances. One map under one lock would, each time it doubled,
 //! rehash every key while every serving thread waited on that lock. Split, a shard grows
 //! alone: it rehashes 1/64 of the keys while only that shard's lock is held, and two threads
-//! rarely want the same shard. A capacity hint ([`Config::expected_instances`]) sizes the
+//! rarely want the same shard. A capacity hint (a worker's `expected_instances`) sizes the
 //! shards up front, so they do not grow at all until that many are held.
 //!
 //! What may be activated (the lease, stopping, superseded) is the shared state's, read through
@@ -13,8 +13,6 @@
 //! for why that ordering keeps a stop or a supersession from missing a concurrent activation.
 //! No method holds two shards at once; a whole-map read ([`HeldMap::held`]) visits the shards
 //! one after another.
-//!
-//! [`Config::expected_instances`]: crate::Config::expected_instances
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -22,20 +20,20 @@ use std::time::{Duration, Instant};
 
 use ahash::RandomState;
 
-use crate::Epoch;
+use super::epoch::Epoch;
 
 /// Shards of the map: a power of two, many times the number of serving threads.
-pub(crate) const SHARDS: usize = 64;
+pub const SHARDS: usize = 64;
 /// How long a released or evicted instance's epoch is remembered to refuse forwards still
 /// carrying it. Pinboard re-resolves a resolution older than 5 s before forwarding, so a
 /// stale forward arrives well within this.
-pub(crate) const GONE_FOR: Duration = Duration::from_secs(60);
+pub const GONE_FOR: Duration = Duration::from_secs(60);
 
 type Key = (String, String);
 
 /// What admitting a forward to an instance decided.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
+pub enum Admission {
     /// Serve it; `activated` when the worker did not hold the instance at this epoch before.
     Serve { activated: bool },
     /// The forward carries an older epoch than the worker holds or released: it was resolved
@@ -48,7 +46,7 @@ pub(crate) enum Admission {
 
 /// What the worker's state allows at the moment of an admission.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Gate {
+pub struct Gate {
     /// Nothing is served, held or not.
     pub superseded: bool,
     /// The lease is live. Past it the registry may have placed any held instance on another
@@ -61,7 +59,7 @@ pub(crate) struct Gate {
     pub activations: bool,
 }
 
-pub(crate) struct HeldMap {
+pub struct HeldMap {
     /// Picks a key's shard. Seeded apart from the shards' own maps, so that the keys of one
     /// shard do not share the low hash bits those maps place them by.
     router: RandomState,
