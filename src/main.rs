@@ -399,13 +399,7 @@ fn read_config(file: Option<&Path>) -> Result<Config, String> {
 }
 
 fn read_config_noting(file: Option<&Path>) -> Result<(Config, Option<String>), String> {
-    let text = match file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| format!("config error: {}: {e}", path.display()))?,
-        ),
-        None => None,
-    };
+    let text = pinboard::config::read_file(file)?;
     let env = pinboard::config::process_env();
     let ignored = pinboard::config::ignored_env(env.iter().map(|(k, _)| k.as_str()));
     let config = Config::load(file.zip(text.as_deref()), env).map_err(|e| e.to_string())?;

@@ -668,6 +668,15 @@ restart_only!(
     tls.key_file,
 );
 
+/// The text of the configuration file at `path`, if one is given: read at start and by each
+/// reload; the error is the one line that refuses it.
+pub fn read_file(path: Option<&Path>) -> Result<Option<String>, String> {
+    path.map(|path| {
+        std::fs::read_to_string(path).map_err(|e| format!("config error: {}: {e}", path.display()))
+    })
+    .transpose()
+}
+
 /// A directory opens on Linux and a FIFO's open would wait for a writer: regular files only.
 fn readable_file(path: &Path) -> Result<(), String> {
     crate::http::tls::open_regular_file(path)

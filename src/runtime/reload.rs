@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tracing::{error, info, warn};
 
-use crate::config::{Config, process_env};
+use crate::config::{Config, process_env, read_file};
 use crate::error::{Error, Origin};
 use crate::http::tls::LoadedPair;
 use crate::node::Shared;
@@ -106,12 +106,7 @@ fn reload(shared: &Arc<Shared>, reader: &mut Reader) {
 fn read_next(shared: &Shared) -> Result<Next, Refused> {
     let running = shared.settings();
     let file = shared.config_file.as_deref();
-    let text = file
-        .map(|path| {
-            std::fs::read_to_string(path)
-                .map_err(|e| Refused::Config(format!("config error: {}: {e}", path.display())))
-        })
-        .transpose()?;
+    let text = read_file(file).map_err(Refused::Config)?;
     let (config, kept) = Config::reload(file.zip(text.as_deref()), process_env(), &running.config)
         .map_err(|e| Refused::Config(e.to_string()))?;
     let changed = config.differences(&running.config);
