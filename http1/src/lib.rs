@@ -24,7 +24,7 @@ mod transport;
 
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
-pub use driver::DriverKind;
+pub use driver::{DriverKind, io_uring_runtime};
 pub use head::{Framing, HeadDecoder, HeadError};
 pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;

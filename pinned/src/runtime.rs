@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use monoio::{LegacyDriver, RuntimeBuilder};
 use pinboard_http::tls::ServerTls;
 use pinboard_http::{DriverKind, Limits, serve_connection};
 use tracing::{error, warn};
@@ -127,10 +127,7 @@ fn block_on<F: Future>(driver: DriverKind, future: F) -> F::Output {
     if driver == DriverKind::Epoll {
         return epoll().block_on(future);
     }
-    match RuntimeBuilder::<IoUringDriver>::new()
-        .enable_timer()
-        .build()
-    {
+    match pinboard_http::io_uring_runtime() {
         Ok(mut rt) => rt.block_on(future),
         Err(e) => {
             // Detected as available, then refused (a ring limit reached, say): epoll serves.

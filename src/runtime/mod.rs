@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use monoio::{IoUringDriver, LegacyDriver, RuntimeBuilder};
+use monoio::{LegacyDriver, RuntimeBuilder};
 use tracing::{error, info, warn};
 
 pub use pinboard_http::Shutdown;
@@ -297,12 +297,7 @@ fn run_core(
         // Best effort: a container may forbid pinning, and the node works unpinned.
         let _ = monoio::utils::bind_to_cpu_set([index]);
     }
-    let io_uring = || {
-        RuntimeBuilder::<IoUringDriver>::new()
-            .with_entries(1024)
-            .enable_timer()
-            .build()
-    };
+    let io_uring = pinboard_http::io_uring_runtime;
     let epoll = || {
         RuntimeBuilder::<LegacyDriver>::new()
             .enable_timer()
