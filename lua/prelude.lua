@@ -4,10 +4,11 @@
 -- by src/store/keys.rs, so that Redis Cluster can refuse a script whose keys a slot migration
 -- has split (ASK, then TRYAGAIN) instead of running it against half of them.
 
--- Redis's clock in milliseconds.
+-- Redis's clock in milliseconds. TIME's strings are converted by the arithmetic itself: two
+-- calls of `tonumber` cost a steady resolve more than the rest of this line.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
 -- Epochs (binding and placement) are decimal digit strings without leading zeros, compared as
@@ -53,14 +54,15 @@ local function epoch_max(a, b)
   return b
 end
 
--- A session's copy in a bucket, as its expiry (ms) and hostname: from its liveness entry
--- ('{expiry} {hostname}': hostnames hold no space), or from the copy itself when it has none
--- (a copy written before liveness entries existed); nil when the bucket has neither.
-local function owner_of(alive, workers, sid)
+-- A session's copy in a bucket, as its expiry (ms) and, when `with_hostname`, its hostname:
+-- from its liveness entry ('{expiry} {hostname}': hostnames hold no space), or from the copy
+-- itself when it has none (a copy written before liveness entries existed); nil when the
+-- bucket has neither. (A single-mode resolve has no use for the hostname's substring.)
+local function owner_of(alive, workers, sid, with_hostname)
   local live = redis.call('HGET', alive, sid)
   if live then
     local space = string.find(live, ' ', 1, true)
-    return tonumber(string.sub(live, 1, space - 1)), string.sub(live, space + 1)
+    return tonumber(string.sub(live, 1, space - 1)), with_hostname and string.sub(live, space + 1)
   end
   local copy = redis.call('HGET', workers, sid)
   if copy then

@@ -40,6 +40,33 @@ local placements, workers, overwritten, list, boot_key, epoch_key, alive =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
 local now = now_ms()
+
+-- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
+-- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.
+-- Nothing else is made or read on the way to that answer: what the other paths need (ARGV[3]'s
+-- fields, the prelude's epoch helpers) comes after it.
+local raw = redis.call('HGET', placements, id)
+local old, contested
+if raw then
+  old = cjson.decode(raw)
+  local owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
+  -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
+  -- without one (written before liveness entries existed) is read as before.
+  local owner_expiry, owner_hostname
+  if owned then
+    owner_expiry, owner_hostname = owner_of(alive, workers, old.sessionId, hostname ~= '')
+  end
+  if owner_expiry and owner_expiry > now and not (old.expiry and old.expiry <= now) then
+    if hostname == '' or owner_hostname == hostname then
+      return old.sessionId .. ' ' .. (old.epoch or '') .. ' '
+        .. redis.call('HEXISTS', overwritten, id)
+    end
+    -- A live owner serving another hostname.
+    contested = true
+  end
+end
+-- @helpers: the prelude's helpers only what follows names are made here, not on every call.
+
 -- ARGV[3]'s fields, split when a path first needs them.
 local slow
 local function arg(i)
@@ -52,36 +79,15 @@ local function arg(i)
   return slow[i]
 end
 
--- 1. An existing row forwards to its owner while the owner lives and its wind-down holds.
--- A row without a sessionId (or an empty one) is an ownerless placeholder (contract §7): free.
-local raw = redis.call('HGET', placements, id)
-local old
-if raw then
-  old = cjson.decode(raw)
-  local owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
-  -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
-  -- without one (written before liveness entries existed) is read as before.
-  local owner_expiry, owner_hostname
-  if owned then
-    owner_expiry, owner_hostname = owner_of(alive, workers, old.sessionId)
+if contested then
+  if arg(9) == 'deny' then
+    return {'takeover-denied'}
   end
-  if owner_expiry then
-    local fenced = old.expiry and old.expiry <= now
-    if owner_expiry > now and not fenced then
-      if hostname ~= '' and owner_hostname ~= hostname then
-        if arg(9) == 'deny' then
-          return {'takeover-denied'}
-        end
-        if not old.expiry then
-          old.expiry = now + tonumber(arg(1))
-          redis.call('HSET', placements, id, cjson.encode(old))
-        end
-        return {'takeover-pending', tostring(old.expiry - now)}
-      end
-      return old.sessionId .. ' ' .. (old.epoch or '') .. ' '
-        .. redis.call('HEXISTS', overwritten, id)
-    end
+  if not old.expiry then
+    old.expiry = now + tonumber(arg(1))
+    redis.call('HSET', placements, id, cjson.encode(old))
   end
+  return {'takeover-pending', tostring(old.expiry - now)}
 end
 
 -- A displaced (hostname, ns) takes no new placements for a lease; ids with a row bypass it.

@@ -21,7 +21,7 @@ for i, id in ipairs(ARGV) do
   local owned = type(row.sessionId) == 'string' and row.sessionId ~= ''
   local expiry, owner_hostname
   if owned then
-    expiry, owner_hostname = owner_of(alive, workers, row.sessionId)
+    expiry, owner_hostname = owner_of(alive, workers, row.sessionId, true)
   end
   local fence_passed = row.expiry and row.expiry <= now
   if expiry and expiry > now and not fence_passed then

@@ -63,7 +63,7 @@ async fn wait_until(what: &str, condition: impl Fn() -> bool) {
 }
 
 fn bulk(s: &str) -> Reply {
-    Reply::Bulk(s.to_string().into())
+    Reply::Bulk(s.into())
 }
 
 fn ok() -> Reply {

@@ -411,7 +411,7 @@ mod tests {
     }
 
     fn bulk(text: &str) -> Reply {
-        Reply::Bulk(bytes::Bytes::copy_from_slice(text.as_bytes()))
+        Reply::Bulk(text.into())
     }
 
     #[test]

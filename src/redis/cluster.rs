@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn parses_cluster_slots() {
-        let bulk = |s: &str| Reply::Bulk(s.to_string().into());
+        let bulk = |s: &str| Reply::Bulk(s.into());
         let reply = Reply::Array(vec![
             Reply::Array(vec![
                 Reply::Int(0),

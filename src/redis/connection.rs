@@ -5,14 +5,14 @@
 
 use std::io;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use monoio::buf::IoBufMut;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use pinboard_http::Transport;
 use redis_protocol::resp2::decode::decode_range;
 use redis_protocol::resp2::types::RangeFrame;
 
-use super::{RedisError, Reply};
+use super::{Blob, RedisError, Reply};
 
 /// Spare room guaranteed before each socket read; replies larger than this arrive over several
 /// reads.
@@ -185,7 +185,7 @@ fn into_reply(buf: &[u8], frame: RangeFrame) -> Result<Result<Reply, RedisError>
             .ok_or_else(|| protocol("a frame range outside the buffer"))
     };
     Ok(Ok(match frame {
-        RangeFrame::SimpleString(range) => Reply::Simple(Bytes::copy_from_slice(bytes(range)?)),
+        RangeFrame::SimpleString(range) => Reply::Simple(Blob::from(bytes(range)?)),
         RangeFrame::Error(range) => {
             let msg = String::from_utf8_lossy(bytes(range)?).into_owned();
             return Ok(Err(RedisError::Reply(msg)));
@@ -196,7 +196,7 @@ fn into_reply(buf: &[u8], frame: RangeFrame) -> Result<Result<Reply, RedisError>
             if bytes((range.1, range.1 + 2))? != b"\r\n" {
                 return Err(protocol("a bulk string not ended by CRLF"));
             }
-            Reply::Bulk(Bytes::copy_from_slice(bytes(range)?))
+            Reply::Bulk(Blob::from(bytes(range)?))
         }
         RangeFrame::Array(frames) => {
             let mut items = Vec::with_capacity(frames.len());
@@ -456,6 +456,22 @@ mod tests {
             decode_reply(&mut buf),
             Err(RedisError::Protocol(_))
         ));
+    }
+
+    #[test]
+    fn a_steady_answer_stays_inline_and_a_long_string_spills() {
+        let steady = "2f653d38f176fc04f85723969d095966 1796327102393 0";
+        let mut buf = BytesMut::from(format!("${}\r\n{steady}\r\n", steady.len()).as_bytes());
+        let Reply::Bulk(short) = decode_reply(&mut buf).unwrap().unwrap().unwrap() else {
+            panic!("not a bulk string");
+        };
+        assert_eq!((&short[..], short.spilled()), (steady.as_bytes(), false));
+        let long = "x".repeat(Blob::INLINE + 1);
+        let mut buf = BytesMut::from(format!("+{long}\r\n").as_bytes());
+        let Reply::Simple(spilled) = decode_reply(&mut buf).unwrap().unwrap().unwrap() else {
+            panic!("not a simple string");
+        };
+        assert_eq!((&spilled[..], spilled.spilled()), (long.as_bytes(), true));
     }
 
     #[test]

@@ -20,7 +20,10 @@ mod script;
 mod slots;
 mod target;
 
-use bytes::Bytes;
+use std::fmt;
+use std::ops::Deref;
+
+use smallvec::SmallVec;
 
 use crate::error::{Error, Origin};
 
@@ -92,9 +95,50 @@ impl From<RedisError> for Error {
 pub enum Reply {
     Nil,
     Int(i64),
-    Bulk(Bytes),
-    Simple(Bytes),
+    Bulk(Blob),
+    Simple(Blob),
     Array(Vec<Reply>),
+}
+
+/// A reply's string, copied out of the connection's read buffer: inline up to
+/// [`Blob::INLINE`] bytes, so that a steady resolve's answer (`'sessionId epoch flag'`, 48
+/// bytes) costs no allocation; longer ones (a copy, a page of rows) spill to the heap.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Blob(SmallVec<[u8; Blob::INLINE]>);
+
+impl Blob {
+    pub const INLINE: usize = 56;
+
+    /// Whether the bytes live on the heap.
+    pub fn spilled(&self) -> bool {
+        self.0.spilled()
+    }
+}
+
+impl Deref for Blob {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&[u8]> for Blob {
+    fn from(bytes: &[u8]) -> Blob {
+        Blob(SmallVec::from_slice(bytes))
+    }
+}
+
+impl From<&str> for Blob {
+    fn from(text: &str) -> Blob {
+        Blob::from(text.as_bytes())
+    }
+}
+
+impl fmt::Debug for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b\"{}\"", self.escape_ascii())
+    }
 }
 
 impl Reply {

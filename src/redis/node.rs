@@ -298,7 +298,6 @@ async fn write_requests(shared: &Shared, mut writer: WriteHalf, mut spare: Bytes
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
     use local_sync::mpsc::unbounded;
     use monoio::io::AsyncReadRent;
     use monoio::net::TcpListener;
@@ -328,7 +327,7 @@ mod tests {
     }
 
     fn bulk(s: &'static str) -> Result<Reply, RedisError> {
-        Ok(Reply::Bulk(Bytes::from_static(s.as_bytes())))
+        Ok(Reply::Bulk(s.into()))
     }
 
     #[test]

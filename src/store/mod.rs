@@ -15,13 +15,12 @@ mod sweeper;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_util::future::{join, join_all};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Origin};
-use crate::redis::{Redis, Reply, Script};
+use crate::redis::{Blob, Redis, Reply, Script};
 
 pub use keys::{BucketKeys, KeyName, Keys, bucket_of};
 pub use records::{
@@ -230,7 +229,7 @@ impl Store {
         key: &str,
         cursor: &str,
         pattern: Option<&str>,
-    ) -> Result<(String, Vec<(String, Bytes)>), Error> {
+    ) -> Result<(String, Vec<(String, Blob)>), Error> {
         let mut args: Vec<&[u8]> = vec![b"HSCAN", key.as_bytes(), cursor.as_bytes()];
         if let Some(pattern) = pattern {
             args.extend([&b"MATCH"[..], pattern.as_bytes()]);
@@ -690,7 +689,7 @@ impl HashPages<'_> {
     }
 
     /// The next page with at least one field, or `None` once every bucket has been walked.
-    pub async fn next(&mut self) -> Result<Option<Page<(String, Bytes)>>, Error> {
+    pub async fn next(&mut self) -> Result<Option<Page<(String, Blob)>>, Error> {
         let shards = self.store.keys.shards();
         while self.bucket < shards {
             if self.pace {

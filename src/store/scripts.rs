@@ -73,13 +73,42 @@ macro_rules! script {
 }
 
 /// `body` behind the prelude's helpers it names (and those they name), in the prelude's
-/// order. Only those: every `local function` of a script is a closure Redis makes on each of
-/// its calls, whether the call reaches it or not, and a steady resolve has no use for the
-/// registry's prune or the epoch arithmetic.
+/// order. Only those: every `local function` of a script is a closure Redis makes each time a
+/// call runs past it, whether the call uses it or not, and a steady resolve has no use for the
+/// registry's prune or the epoch arithmetic. For the same reason a body may hold a line
+/// starting with [`LATER_HELPERS`]: the helpers only the text after it names are made there,
+/// by the calls that get that far.
 fn with_prelude(body: &str) -> String {
     let helpers = helpers(PRELUDE);
-    let mut used = vec![false; helpers.len()];
-    let mut texts = vec![body];
+    let (head, tail) = match body.find(LATER_HELPERS) {
+        Some(at) => body.split_at(at + 1),
+        None => (body, ""),
+    };
+    let front = named(&helpers, head, &vec![false; helpers.len()]);
+    let later = named(&helpers, tail, &front);
+    let mut source =
+        String::from("-- Prepended: the helpers of lua/prelude.lua this script uses.\n");
+    let push = |source: &mut String, which: &[bool]| {
+        for ((_, helper), wanted) in helpers.iter().zip(which) {
+            if *wanted {
+                source.push_str(helper);
+            }
+        }
+    };
+    push(&mut source, &front);
+    source.push_str(head);
+    push(&mut source, &later);
+    source.push_str(tail);
+    source
+}
+
+/// The line that starts a script's later part (see [`with_prelude`]).
+const LATER_HELPERS: &str = "\n-- @helpers";
+
+/// Which of `helpers` `text` names, or those name in turn, leaving out the `known` ones.
+fn named(helpers: &[(&str, &str)], text: &str, known: &[bool]) -> Vec<bool> {
+    let mut used = known.to_vec();
+    let mut texts = vec![text];
     while let Some(text) = texts.pop() {
         for (i, (name, helper)) in helpers.iter().enumerate() {
             if !used[i] && names(text, name) {
@@ -88,15 +117,7 @@ fn with_prelude(body: &str) -> String {
             }
         }
     }
-    let mut source =
-        String::from("-- Prepended: the helpers of lua/prelude.lua this script uses.\n");
-    for ((_, helper), used) in helpers.iter().zip(used) {
-        if used {
-            source.push_str(helper);
-        }
-    }
-    source.push_str(body);
-    source
+    used.iter().zip(known).map(|(u, k)| *u && !*k).collect()
 }
 
 /// The prelude's helpers as (name, text): each `local function NAME(` through its closing
@@ -231,10 +252,18 @@ mod tests {
                 }
             }
         }
-        // A steady resolve makes no closure it has no use for; the register gets what it asks
-        // for, and what that asks for in turn.
+        // A steady resolve makes no closure it has no use for: the epoch arithmetic comes
+        // after its answer, and the registry's prune not at all; the register gets what it
+        // asks for, and what that asks for in turn.
         assert!(!defines(&RESOLVE, "prune_registry"));
         assert!(defines(&RESOLVE, "owner_of") && defines(&RESOLVE, "epoch_max"));
+        let at = |what: &str| RESOLVE.source.find(what).unwrap();
+        let steady = at("redis.call('HEXISTS', overwritten, id)");
+        assert!(at("local function now_ms(") < steady && at("local function owner_of(") < steady);
+        for later in ["epoch_digits", "epoch_cmp", "epoch_next", "epoch_max"] {
+            assert!(at(&format!("local function {later}(")) > steady, "{later}");
+        }
+        assert!(at("local function epoch_digits(") < at("local function epoch_max("));
         assert!(defines(&REGISTER, "prune_registry") && defines(&REGISTER, "epoch_digits"));
         assert!(!defines(&READY, "owner_of") && !defines(&READY, "epoch_cmp"));
         assert!(super::names("a(epoch_cmp(x))", "epoch_cmp"));
