@@ -19,7 +19,11 @@
 //! - header maps are given back and reused (`recycle_headers`) across inputs, as on a core.
 #![no_main]
 
+#[path = "head_input.rs"]
+mod head_input;
+
 use bytes::BytesMut;
+use head_input::cap_split_wire;
 use http::{HeaderMap, Method, Uri, Version, header};
 use libfuzzer_sys::fuzz_target;
 use monoio_codec::{Decoded, Decoder};
@@ -73,14 +77,9 @@ fn run(max: usize, reads: &[&[u8]]) -> (Outcome, BytesMut) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let [cap, hi, lo, wire @ ..] = data else {
+    let Some((max, split, wire)) = cap_split_wire(data) else {
         return;
     };
-    let max = match cap {
-        255 => 64 * 1024,
-        small => 16 * (usize::from(*small) + 1),
-    };
-    let split = usize::from(u16::from_be_bytes([*hi, *lo])) % (wire.len() + 1);
 
     let (whole, leftover) = run(max, &[wire]);
     let (parted, parted_leftover) = run(max, &[&wire[..split], &wire[split..]]);
@@ -182,11 +181,15 @@ fn refused_after_the_parse(max: usize, wire: &[u8], why: &str) {
     ]
     .map(|rule| HeadError::Malformed(rule.into()).to_string());
     assert!(
-        why == HeadError::UnsupportedEncoding.to_string() || after_the_parse.contains(&why.to_owned()),
+        why == HeadError::UnsupportedEncoding.to_string()
+            || after_the_parse.contains(&why.to_owned()),
         "monoio-http's decoder read a head ours refused: {why}"
     );
 }
 
 fn memchr_crlfcrlf(bytes: &[u8]) -> Option<usize> {
-    bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|at| at + 4)
+    bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
 }

@@ -13,7 +13,11 @@
 //! - header maps are given back and reused (`recycle_headers`) across inputs, as on a core.
 #![no_main]
 
+#[path = "head_input.rs"]
+mod head_input;
+
 use bytes::BytesMut;
+use head_input::cap_split_wire;
 use http::{HeaderMap, StatusCode, Version};
 use libfuzzer_sys::fuzz_target;
 use monoio_codec::{Decoded, Decoder};
@@ -55,19 +59,17 @@ fn run(max: usize, reads: &[&[u8]]) -> (Outcome, BytesMut) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let [cap, hi, lo, wire @ ..] = data else {
+    let Some((max, split, wire)) = cap_split_wire(data) else {
         return;
     };
-    let max = match cap {
-        255 => 64 * 1024,
-        small => 16 * (usize::from(*small) + 1),
-    };
-    let split = usize::from(u16::from_be_bytes([*hi, *lo])) % (wire.len() + 1);
 
     let (whole, leftover) = run(max, &[wire]);
     let (parted, parted_leftover) = run(max, &[&wire[..split], &wire[split..]]);
     assert_eq!(whole, parted, "split at {split} changed the outcome");
-    assert_eq!(leftover, parted_leftover, "split at {split} changed the leftover");
+    assert_eq!(
+        leftover, parted_leftover,
+        "split at {split} changed the leftover"
+    );
     if let Outcome::Head { headers, .. } = parted {
         recycle_headers(headers);
     }
@@ -80,7 +82,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let consumed = wire.len() - leftover.len();
-    assert!(consumed <= max, "accepted a {consumed}-byte head over the {max}-byte cap");
+    assert!(
+        consumed <= max,
+        "accepted a {consumed}-byte head over the {max}-byte cap"
+    );
     let mut parsed = [httparse::EMPTY_HEADER; 128];
     let mut response = httparse::Response::new(&mut parsed);
     assert_eq!(
