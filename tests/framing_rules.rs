@@ -262,3 +262,62 @@ fn a_crlf_secret_never_reaches_the_worker() {
         "the secret's request reached the advertise host:\n{received}"
     );
 }
+
+fn raw_bytes(f: &Fixture, request: &[u8]) -> Reply {
+    Client::connect(f.node.addr).request(request)
+}
+
+/// Issue 25: the node's own head parser (httparse into reused storage) on hostile heads. Each
+/// is refused with the status the spec gives it, before anything reaches the worker, and the
+/// node keeps serving; what it accepts reaches the worker byte for byte.
+#[test]
+fn hostile_heads_are_refused_before_the_worker() {
+    let cap = 2048;
+    let (f, worker, _) = Fixture::with_worker(&[("PINBOARD_HTTP__MAX_HEADER_BYTES", "2048")], "w");
+    let fields = |n: usize| -> String { (0..n).map(|i| format!("X-F{i}: {i}\r\n")).collect() };
+    for (bad, status) in [
+        // More fields than the parser holds (96): 400, not a panic nor a reset.
+        (format!("GET /threads/a1/x HTTP/1.1\r\nHost: h\r\n{}\r\n", fields(96)).into_bytes(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nX: a\0b\r\n\r\n".to_vec(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost : h\r\n\r\n".to_vec(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nX: a\r\n folded\r\n\r\n".to_vec(), 400),
+        (b"GET  /threads/a1/x HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(), 400),
+        (b"GET /threads/a1/x\r\nHost: h\r\n\r\n".to_vec(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello".to_vec(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello".to_vec(), 400),
+        (b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nX-\xff: 1\r\n\r\n".to_vec(), 400),
+    ] {
+        let r = raw_bytes(&f, &bad);
+        assert_eq!(r.status, status, "{:?}: {}", String::from_utf8_lossy(&bad), r.text());
+    }
+    assert!(
+        worker.requests().is_empty(),
+        "a refused head reached the worker"
+    );
+
+    // Obs-text and HTABs inside a value, names in any case, 50 fields (the test worker reads 64): forwarded as sent.
+    let mut sent =
+        b"GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nX-Obs: caf\xc3\xa9\xff\tb\r\n".to_vec();
+    sent.extend_from_slice(format!("X-MiXeD: 1\r\n{}\r\n", fields(50)).as_bytes());
+    let r = raw_bytes(&f, &sent);
+    let seen = &echoed(&r)["headers"];
+    // The worker reads the value lossily as UTF-8: the é whole, the lone 0xff replaced.
+    assert_eq!(seen["x-obs"], "caf\u{e9}\u{fffd}\tb", "{seen}");
+    assert_eq!(seen["x-mixed"], "1", "{seen}");
+    assert_eq!(seen["x-f49"], "49", "{seen}");
+
+    // A head of exactly the cap is served; one byte more is 431.
+    let at_cap = |len: usize| {
+        let start = "GET /threads/a1/x HTTP/1.1\r\nHost: h\r\nX-Pad: ";
+        let pad = len - start.len() - "\r\n\r\n".len();
+        format!("{start}{}\r\n\r\n", "p".repeat(pad))
+    };
+    assert_eq!(at_cap(cap).len(), cap);
+    let r = raw(&f, &at_cap(cap));
+    assert_eq!(
+        echoed(&r)["headers"]["x-pad"].as_str().map(str::len),
+        Some(cap - 48)
+    );
+    let r = raw(&f, &at_cap(cap + 1));
+    assert_eq!(error_of(&r), (431, "request header too large".into()));
+}

@@ -13,9 +13,9 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, StatusCode, header};
 use monoio::io::AsyncWriteRentExt;
 use monoio_codec::{Decoded, Decoder};
-use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 
 use super::chunked::{ChunkedDecoder, Piece};
+use super::head::{HeadError, ResponseHeadDecoder};
 use super::request::read_into;
 use crate::error::{Error, Origin};
 use crate::head_writer::{HeadWriter, Unwritable};
@@ -184,13 +184,14 @@ async fn exchange(
     written.map_err(upstream("sending the request"))?;
 
     let mut buf = BytesMut::with_capacity(4096);
+    let mut decoder = ResponseHeadDecoder::new(MAX_HEAD);
     let head = loop {
-        match ResponseHeadDecoder.decode(&mut buf) {
+        match decoder.decode(&mut buf) {
             Ok(Decoded::Some(head)) => break head,
-            Ok(_) if buf.len() > MAX_HEAD => {
+            Ok(_) => {}
+            Err(HeadError::TooLarge(_)) => {
                 return Err(Error::new(Origin::Upstream, "response head too large"));
             }
-            Ok(_) => {}
             Err(e) => {
                 return Err(Error::because(
                     Origin::Upstream,

@@ -1,7 +1,7 @@
 //! `pinboard-http`: what the Pinboard node and its workers (`pinned`) both need to speak
 //! HTTP/1.1 on monoio, and nothing of either: no configuration, credentials, Redis or
-//! placement. It owns the server side (request heads parsed by monoio-http's codec pieces,
-//! bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
+//! placement. It owns the server side (request and response heads parsed by our own parser on
+//! httparse into reused storage, bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
 //! one-shot client to a worker ([`fetch`]), TLS on either end ([`tls`], over a [`Transport`]), the one error type both sides report failures
 //! with ([`error`]), a core's [`Shutdown`] signal and the event-loop [`DriverKind`].
 //!
@@ -13,6 +13,7 @@ mod driver;
 pub mod error;
 mod head;
 mod head_writer;
+mod header_names;
 mod json;
 mod request;
 pub mod resolve;
@@ -25,7 +26,7 @@ mod transport;
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use driver::{DriverKind, io_uring_runtime};
-pub use head::{Framing, HeadDecoder, HeadError};
+pub use head::{Framing, HeadDecoder, HeadError, ResponseHeadDecoder, recycle_headers};
 pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};

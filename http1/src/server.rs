@@ -1,4 +1,4 @@
-//! The server side of a connection: reads request heads with monoio-http's `FramedRead` and our
+//! The server side of a connection: reads request heads with monoio-codec's `FramedRead` and our
 //! [`HeadDecoder`], hands each request to the node's [`Handler`], writes the answer, and keeps
 //! the connection alive, bounded by timeouts and sizes so a slow or endless client cannot pin it.
 
@@ -16,7 +16,7 @@ use monoio::net::TcpStream;
 use monoio_codec::FramedRead;
 use tracing::{debug, error};
 
-use super::head::{HeadDecoder, HeadError};
+use super::head::{HeadDecoder, HeadError, recycle_headers};
 use super::request::{Request, read_into};
 use super::response::{Persistence, Response};
 use crate::error::Error;
@@ -244,6 +244,8 @@ async fn serve<H: Handler>(
         let flush = close || !req.pipelined() || req.output().len() >= OUTPUT_HIGH_WATER;
         let written = !flush || req.flush().await;
         handler.answered(note, &req, &response, req.bytes_sent());
+        // Before the next read: the head's values share the read buffer's allocation.
+        recycle_headers(std::mem::take(&mut req.head.headers));
         drop(req);
         if !written {
             return;

@@ -12,14 +12,13 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
 use monoio_codec::{Decoded, Decoder};
-use monoio_http::h1::codec::decoder::ResponseHeadDecoder;
 use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::tls::ClientTls;
 use crate::http::{
-    BodyError, ChunkedDecoder, Persistence, Piece, Request, Upgraded, WorkerAddr, read_into,
-    write_all_within,
+    BodyError, ChunkedDecoder, Persistence, Piece, Request, ResponseHeadDecoder, Upgraded,
+    WorkerAddr, read_into, recycle_headers, write_all_within,
 };
 use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
@@ -222,7 +221,7 @@ pub async fn exchange(
                     return failed(exchange, UpstreamError::Invalid);
                 }
                 // An upgraded connection carries the tunnel to its end: never pooled.
-                return (switch(req, upstream, &response, exchange).await, None);
+                return (switch(req, upstream, response, exchange).await, None);
             }
             // Anything else, upgrade asked or not, is an ordinary answer relayed as such.
             Ok(response) => return relay(req, upstream, response, exchange).await,
@@ -347,17 +346,18 @@ async fn read_head(
     upstream: &mut Upstream,
     timeout: Duration,
 ) -> Result<http::response::Parts, HeadFailure> {
+    let mut decoder = ResponseHeadDecoder::new(MAX_RESPONSE_HEAD);
     let reading = async {
         loop {
-            match ResponseHeadDecoder.decode(&mut upstream.buf) {
+            match decoder.decode(&mut upstream.buf) {
                 // An interim answer (100 Continue, 103) is not relayed: we sent no Expect.
                 Ok(Decoded::Some(head))
                     if head.status.is_informational()
-                        && head.status != StatusCode::SWITCHING_PROTOCOLS => {}
-                Ok(Decoded::Some(head)) => return Ok(head),
-                Ok(_) if upstream.buf.len() > MAX_RESPONSE_HEAD => {
-                    return Err(HeadFailure::Malformed);
+                        && head.status != StatusCode::SWITCHING_PROTOCOLS =>
+                {
+                    recycle_headers(head.headers);
                 }
+                Ok(Decoded::Some(head)) => return Ok(head),
                 Ok(_) => {}
                 Err(_) => return Err(HeadFailure::Malformed),
             }
@@ -413,6 +413,7 @@ async fn relay(
 ) -> (Outcome, Option<Upstream>) {
     let timeout = exchange.timeout;
     if is_refusal(&head) {
+        recycle_headers(head.headers);
         return (Outcome::Refused, None);
     }
     let from = upstream_framing(req.method(), &head);
@@ -461,6 +462,9 @@ async fn relay(
                 .windows(5)
                 .any(|w| w.eq_ignore_ascii_case(b"close"))
         });
+    // The body is read into the buffer the head was cut from: given back first, the head's
+    // values no longer hold that buffer, so it is reused in place.
+    recycle_headers(head.headers);
 
     let copied = copy_body(req, &mut upstream, from, to, timeout).await;
     let flushed = req.flush().await;
@@ -501,7 +505,7 @@ fn keep_alive_timeout(headers: &http::HeaderMap) -> Option<Duration> {
 async fn switch(
     req: &mut Request<'_>,
     upstream: Upstream,
-    head: &http::response::Parts,
+    head: http::response::Parts,
     exchange: &Exchange<'_>,
 ) -> Outcome {
     let written = headers::response_head(
@@ -512,6 +516,7 @@ async fn switch(
         exchange.forwarded.correlation.request_id(),
         req.output(),
     );
+    recycle_headers(head.headers);
     if written.is_err() {
         return failed(exchange, UpstreamError::Invalid).0;
     }
