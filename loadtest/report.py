@@ -168,7 +168,8 @@ def table(path):
 
     if legs and "pinboard" in med:
         print(f"ratios, pinned-example legs: {ratios('')}")
-    print(f"ratios: {ratios(legs)} ({'bare-worker' if legs else 'pinned-example'} legs)")
+    if legs + "pinboard" in med:
+        print(f"ratios: {ratios(legs)} ({'bare-worker' if legs else 'pinned-example'} legs)")
 
 
 if __name__ == "__main__":
