@@ -210,9 +210,12 @@ pub async fn handle(
             }),
             extra: admitted.claims.as_deref().map(Extra),
         };
-        worker
-            .signer
-            .sign_into(&claims, &mut buffers.claims, &mut buffers.token);
+        core.upstreams.attestations.borrow_mut().sign_into(
+            &worker.signer,
+            &claims,
+            &mut buffers.claims,
+            &mut buffers.token,
+        );
         let exchange = forward::Exchange {
             addr: &worker.addr,
             tls: &core.shared.tls.workers,

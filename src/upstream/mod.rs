@@ -16,7 +16,7 @@ use bytes::BytesMut;
 
 pub use pool::{Pool, Upstream, connect};
 
-use crate::attestation::Signer;
+use crate::attestation::{Recent, Signer};
 use crate::http::WorkerAddr;
 use crate::placement::Placement;
 
@@ -111,6 +111,8 @@ pub struct Upstreams {
     pub cap: u32,
     /// Buffers of finished forwards, reused by the next ones instead of allocated again.
     pub spare: RefCell<Vec<Buffers>>,
+    /// The forward tokens signed this second, reused by the next forwards of their instance.
+    pub attestations: RefCell<Recent>,
 }
 
 /// What one forward writes into: the attestation's claims and token, the request head.
@@ -130,6 +132,7 @@ impl Upstreams {
             ejected: RefCell::default(),
             cap: max_inflight,
             spare: RefCell::default(),
+            attestations: RefCell::default(),
         }
     }
 
