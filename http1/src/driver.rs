@@ -12,7 +12,9 @@ use monoio::{IoUringDriver, Runtime, RuntimeBuilder, time::TimeDriver};
 /// a completion), `SINGLE_ISSUER` and `DEFER_TASKRUN` (posted in the loop's own
 /// `io_uring_enter`, which monoio makes only when it has nothing left to run). Measured on the
 /// proxy (perf.md, issue 25): -6 % CPU per request. A kernel older than 6.1 refuses these
-/// flags; the ring is then built without them.
+/// flags; the ring is then built without them. The kernel tears such a ring down after its
+/// thread ends, so a socket with an operation still in flight (a listener's accept) closes a
+/// few ms after the loop's thread is gone rather than with it.
 pub fn io_uring_runtime() -> io::Result<Runtime<TimeDriver<IoUringDriver>>> {
     let build = |urb: io_uring::Builder| {
         RuntimeBuilder::<IoUringDriver>::new()
