@@ -321,3 +321,43 @@ fn hostile_heads_are_refused_before_the_worker() {
     let r = raw(&f, &at_cap(cap + 1));
     assert_eq!(error_of(&r), (431, "request header too large".into()));
 }
+
+/// A worker's answer is framed by the request side's rules (RFC 9112 §6.3): both framings, a
+/// coding other than a lone `chunked`, a signed or repeated `Content-Length` are no answer
+/// (502), and the connection it came on is never reused, so nothing of it is read as the next
+/// request's answer.
+#[test]
+fn an_ambiguously_framed_answer_is_a_502_and_its_connection_is_dropped() {
+    let (f, worker, _) = Fixture::with_worker(&[("PINBOARD_THREADS", "1")], "w");
+    let get = |id: &str| {
+        raw(
+            &f,
+            &format!("GET /threads/{id}/x HTTP/1.1\r\nHost: e\r\n\r\n"),
+        )
+    };
+    worker.set_serve(Serve::Raw(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+    ));
+    let r = get("ok1");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello"));
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    ] {
+        worker.set_serve(Serve::Raw(answer));
+        let r = get("bad");
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (502, "bad gateway"),
+            "{}",
+            String::from_utf8_lossy(answer)
+        );
+    }
+    worker.set_serve(Serve::Echo);
+    let r = get("after");
+    assert_eq!(echoed(&r)["path"], "/threads/after/x");
+}

@@ -306,23 +306,25 @@ fn framing(headers: &HeaderMap, version: Version) -> Result<Framing, HeadError> 
         }
         return Ok(Framing::Chunked);
     }
-    // A list (`5, 5`) or a repeated header is legal when every member agrees (RFC 9110 §8.6),
-    // but another parser in front of or behind us may read it otherwise; a proxy refuses it.
-    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
-    let length = match (lengths.next(), lengths.next()) {
-        (None, _) => None,
-        (Some(_), Some(_)) => {
-            return Err(HeadError::Malformed("repeated content-length".into()));
-        }
-        (Some(value), None) => Some(
-            parse_length(value.as_bytes().trim_ascii())
-                .ok_or_else(|| HeadError::Malformed("invalid content-length".into()))?,
-        ),
-    };
-    Ok(match length {
+    Ok(match content_length(headers)? {
         None | Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
     })
+}
+
+/// The one `Content-Length` of a head, strictly: digits only (no sign, no blank inside), at
+/// most 19 of them. A list (`5, 5`) or a repeated header is legal when every member agrees (RFC
+/// 9110 §8.6), but another parser in front of or behind us may read it otherwise; a proxy
+/// refuses it. Requests here, and a worker's answers (`src/proxy/forward.rs`), by this one rule.
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, HeadError> {
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(HeadError::Malformed("repeated content-length".into())),
+        (Some(value), None) => parse_length(value.as_bytes().trim_ascii())
+            .map(Some)
+            .ok_or_else(|| HeadError::Malformed("invalid content-length".into())),
+    }
 }
 
 fn parse_length(digits: &[u8]) -> Option<u64> {

@@ -26,7 +26,9 @@ mod transport;
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use driver::{DriverKind, io_uring_runtime};
-pub use head::{Framing, HeadDecoder, HeadError, ResponseHeadDecoder, recycle_headers};
+pub use head::{
+    Framing, HeadDecoder, HeadError, ResponseHeadDecoder, content_length, recycle_headers,
+};
 pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};

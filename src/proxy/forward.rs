@@ -18,7 +18,7 @@ use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::tls::ClientTls;
 use crate::http::{
     BodyError, ChunkedDecoder, Persistence, Piece, Request, ResponseHeadDecoder, Upgraded,
-    WorkerAddr, read_into, recycle_headers, write_all_within,
+    WorkerAddr, content_length, read_into, recycle_headers, write_all_within,
 };
 use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
@@ -374,26 +374,31 @@ async fn read_head(
         .unwrap_or(Err(HeadFailure::TimedOut))
 }
 
-/// The worker's body framing, from its answer head.
-fn upstream_framing(method: &Method, head: &http::response::Parts) -> BodyFraming {
+/// How the worker delimits its answer's body (RFC 9112 §6.3), by the request side's rules
+/// (`content_length`): `None` for an answer that names both framings, a coding other than a
+/// lone `chunked`, or a repeated or malformed `Content-Length`. Read leniently, such a body's
+/// end could differ from the one the worker meant, and the next answer on a pooled connection
+/// would be read from the middle of this one: it is no answer (502, the connection dropped).
+fn upstream_framing(method: &Method, head: &http::response::Parts) -> Option<BodyFraming> {
     let status = head.status;
     if method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return BodyFraming::None;
+        return Some(BodyFraming::None);
     }
-    if head.headers.contains_key(header::TRANSFER_ENCODING) {
-        return BodyFraming::Chunked;
+    let mut encodings = head.headers.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(te) = encodings.next() {
+        let chunked = te.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked");
+        let alone =
+            encodings.next().is_none() && !head.headers.contains_key(header::CONTENT_LENGTH);
+        return (chunked && alone).then_some(BodyFraming::Chunked);
     }
-    match head
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-    {
-        Some(n) => BodyFraming::Length(n),
-        None => BodyFraming::Close,
+    match content_length(&head.headers) {
+        Ok(Some(n)) => Some(BodyFraming::Length(n)),
+        Ok(None) => Some(BodyFraming::Close),
+        Err(_) => None,
     }
 }
 
@@ -416,7 +421,14 @@ async fn relay(
         recycle_headers(head.headers);
         return (Outcome::Refused, None);
     }
-    let from = upstream_framing(req.method(), &head);
+    let Some(from) = upstream_framing(req.method(), &head) else {
+        tracing::warn!(
+            worker = %exchange.addr.authority(),
+            "forward: the worker's answer frames its body ambiguously"
+        );
+        recycle_headers(head.headers);
+        return (Outcome::Failed, None);
+    };
     let is_head = *req.method() == Method::HEAD;
     let old_client = req.version() == Version::HTTP_10;
     // A close-delimited answer is re-framed as chunked for an HTTP/1.1 client, so the client
@@ -429,10 +441,9 @@ async fn relay(
     };
     let announced = match (is_head, from) {
         // HEAD: the worker's length is announced as it gave it.
-        (true, _) => head
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse().ok())
+        (true, _) => content_length(&head.headers)
+            .ok()
+            .flatten()
             .map_or(BodyFraming::None, BodyFraming::Length),
         _ => to,
     };

@@ -53,6 +53,9 @@ pub enum Serve {
     /// 200 with a `Content-Length` of 10 GB, then zeros as fast as the connection takes them
     /// until a write fails ([`TestWorker::streamed`] counts them).
     Endless,
+    /// These bytes as the whole answer, the connection kept open: a worker framing its answer
+    /// however the test says.
+    Raw(&'static [u8]),
 }
 
 /// How an upgraded connection ended on the worker's side.
@@ -477,6 +480,7 @@ fn answer_instance(conn: &mut TcpStream, serve: Serve, seen: &Seen) -> bool {
             false
         }
         Serve::Drop => false,
+        Serve::Raw(answer) => conn.write_all(answer).is_ok(),
         Serve::Upgrade => unreachable!("served by upgrade_echo"),
         Serve::Endless => unreachable!("served by endless"),
         Serve::TooLarge => unreachable!("answered before the body"),
