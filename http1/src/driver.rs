@@ -14,7 +14,8 @@ use monoio::{IoUringDriver, Runtime, RuntimeBuilder, time::TimeDriver};
 /// proxy (perf.md, issue 25): -6 % CPU per request. A kernel older than 6.1 refuses these
 /// flags; the ring is then built without them. The kernel tears such a ring down after its
 /// thread ends, so a socket with an operation still in flight (a listener's accept) closes a
-/// few ms after the loop's thread is gone rather than with it.
+/// few ms after the loop's thread is gone rather than with it: a loop that stops listening
+/// while it lives on shuts its listener down (`shutdown(2)`) instead of relying on the close.
 pub fn io_uring_runtime() -> io::Result<Runtime<TimeDriver<IoUringDriver>>> {
     let build = |urb: io_uring::Builder| {
         RuntimeBuilder::<IoUringDriver>::new()

@@ -137,6 +137,20 @@ fn block_on<F: Future>(driver: DriverKind, future: F) -> F::Output {
     }
 }
 
+/// Takes the listening socket out of its listening state now: connections arriving from here
+/// on are refused rather than queued where nobody will accept them. Closing the descriptor is
+/// not enough on an io_uring loop: the accept still in flight holds the socket until the ring
+/// is torn down, which the kernel does after the thread has ended (with deferred task work, a
+/// few ms later). `shutdown(2)` of a listener acts at once and ends that accept too.
+fn stop_listening(listener: &monoio::net::TcpListener) {
+    use std::os::fd::{AsRawFd, BorrowedFd};
+    // SAFETY: the descriptor is the listener's own, open for the whole borrow.
+    let fd = unsafe { BorrowedFd::borrow_raw(listener.as_raw_fd()) };
+    if let Err(e) = socket2::SockRef::from(&fd).shutdown(std::net::Shutdown::Read) {
+        warn!(error = %e, "closing the listener");
+    }
+}
+
 /// One serving thread: accepts until the serving stop fires, then lets open connections
 /// finish within the shutdown grace. With `tls`, each connection is a TLS handshake first
 /// (bounded by the header timeout).
@@ -191,6 +205,7 @@ async fn serve<A: App>(
             }
         }
     }
+    stop_listening(&listener);
     drop(listener);
     let deadline = Instant::now() + shared.config.shutdown_grace;
     while active.get() > 0 && Instant::now() < deadline {
