@@ -3,7 +3,8 @@
 //! placement. It owns the server side (request and response heads parsed by our own parser on
 //! httparse into reused storage, bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
 //! one-shot client to a worker ([`fetch`]), TLS on either end ([`tls`], over a [`Transport`]), the one error type both sides report failures
-//! with ([`error`]), a core's [`Shutdown`] signal and the event-loop [`DriverKind`].
+//! with ([`error`]), a core's [`Shutdown`] signal, a listening socket's accepts and stop ([`Listening`]) and the
+//! event-loop [`DriverKind`].
 //!
 //! No framework: a router sees a [`Request`] and returns a [`Response`].
 
@@ -15,6 +16,7 @@ mod head;
 mod head_writer;
 mod header_names;
 mod json;
+mod listening;
 mod request;
 pub mod resolve;
 mod response;
@@ -31,6 +33,7 @@ pub use head::{
 };
 pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;
+pub use listening::Listening;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
 pub use response::{Persistence, Response, encode_status_line};

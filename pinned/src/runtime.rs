@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use monoio::{LegacyDriver, RuntimeBuilder};
 use pinboard_http::tls::ServerTls;
-use pinboard_http::{DriverKind, Limits, serve_connection};
+use pinboard_http::{DriverKind, Limits, Listening, serve_connection};
 use tracing::{error, warn};
 
 use crate::app::App;
@@ -137,20 +137,6 @@ fn block_on<F: Future>(driver: DriverKind, future: F) -> F::Output {
     }
 }
 
-/// Takes the listening socket out of its listening state now: connections arriving from here
-/// on are refused rather than queued where nobody will accept them. Closing the descriptor is
-/// not enough on an io_uring loop: the accept still in flight holds the socket until the ring
-/// is torn down, which the kernel does after the thread has ended (with deferred task work, a
-/// few ms later). `shutdown(2)` of a listener acts at once and ends that accept too.
-fn stop_listening(listener: &monoio::net::TcpListener) {
-    use std::os::fd::{AsRawFd, BorrowedFd};
-    // SAFETY: the descriptor is the listener's own, open for the whole borrow.
-    let fd = unsafe { BorrowedFd::borrow_raw(listener.as_raw_fd()) };
-    if let Err(e) = socket2::SockRef::from(&fd).shutdown(std::net::Shutdown::Read) {
-        warn!(error = %e, "closing the listener");
-    }
-}
-
 /// One serving thread: accepts until the serving stop fires, then lets open connections
 /// finish within the shutdown grace. With `tls`, each connection is a TLS handshake first
 /// (bounded by the header timeout).
@@ -160,8 +146,8 @@ async fn serve<A: App>(
     shared: Arc<Shared>,
     tls: Option<Arc<ServerTls>>,
 ) {
-    let listener = match monoio::net::TcpListener::from_std(listener) {
-        Ok(listener) => listener,
+    let listening = match Listening::new(listener) {
+        Ok(listening) => listening,
         Err(e) => {
             error!(error = %e, "registering the listener failed; this thread serves nothing");
             return;
@@ -177,36 +163,22 @@ async fn serve<A: App>(
         write_timeout: Duration::from_secs(60),
     });
     let active = Rc::new(Cell::new(0usize));
-    loop {
-        let accepted = monoio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.fired() => break,
-        };
-        match accepted {
-            Ok((stream, peer)) => {
-                let (surface, limits, active, shutdown, tls) = (
-                    surface.clone(),
-                    limits.clone(),
-                    active.clone(),
-                    shutdown.clone(),
-                    tls.clone(),
-                );
-                active.set(active.get() + 1);
-                monoio::spawn(async move {
-                    let tls = tls.as_deref();
-                    serve_connection(stream, peer, &*surface, &limits, &shutdown, tls).await;
-                    active.set(active.get() - 1);
-                });
-            }
-            Err(e) => {
-                // Typically EMFILE: back off instead of spinning on the error.
-                warn!(error = %e, "accept failed");
-                monoio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+    while let Some((stream, peer)) = listening.next(&shutdown, "serving thread").await {
+        let (surface, limits, active, shutdown, tls) = (
+            surface.clone(),
+            limits.clone(),
+            active.clone(),
+            shutdown.clone(),
+            tls.clone(),
+        );
+        active.set(active.get() + 1);
+        monoio::spawn(async move {
+            let tls = tls.as_deref();
+            serve_connection(stream, peer, &*surface, &limits, &shutdown, tls).await;
+            active.set(active.get() - 1);
+        });
     }
-    stop_listening(&listener);
-    drop(listener);
+    listening.stop();
     let deadline = Instant::now() + shared.config.shutdown_grace;
     while active.get() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(10)).await;

@@ -1,16 +1,14 @@
-//! A listening socket on one core's event loop: its accepts until the stop, and the stop itself
-//! (the socket out of `LISTEN` at once, so the kernel completes no more handshakes for it;
-//! or, once a new process took the sockets over, left listening for it);
+//! A listening socket on one core's event loop ([`Listening`]): its accepts until the stop, and
+//! the stop itself (the socket out of `LISTEN` at once, so the kernel completes no more
+//! handshakes for it; or, once a new process took the sockets over, left listening for it);
 //! which accepted connections are served ([`admit`]: the node's `max_connections`, the limits
 //! per client address), and the handler that keeps a served connection's place ([`Admitted`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
-use monoio::io::Canceller;
-use monoio::net::{TcpListener, TcpStream};
-use tracing::warn;
+use monoio::net::TcpStream;
+use pinboard_http::Listening;
 
 use super::Shutdown;
 use super::upgrade::Sockets;
@@ -21,13 +19,9 @@ use crate::metrics::ConnectionRefusal;
 use crate::node::Core;
 
 pub(super) struct Acceptor {
-    listener: TcpListener,
-    /// A second descriptor of the same socket, to stop listening when the stop begins: under
-    /// io_uring the listener's own descriptor outlives its drop until the cancelled accept
-    /// completes, and until then the kernel keeps completing handshakes for it.
-    stopper: std::net::TcpListener,
+    listening: Listening,
     /// The core it runs on, for the log.
-    core: usize,
+    core: String,
     /// Whether a new process holds the socket too.
     sockets: Arc<Sockets>,
 }
@@ -39,53 +33,25 @@ impl Acceptor {
         core: usize,
         sockets: Arc<Sockets>,
     ) -> Result<Acceptor, Error> {
-        let registering = |e| Error::because(Origin::Internal, "registering the listener", e);
-        let stopper = listener.try_clone().map_err(registering)?;
-        let listener = TcpListener::from_std(listener).map_err(registering)?;
+        let listening = Listening::new(listener)
+            .map_err(|e| Error::because(Origin::Internal, "registering the listener", e))?;
         Ok(Acceptor {
-            listener,
-            stopper,
-            core,
+            listening,
+            core: format!("core {core}"),
             sockets,
         })
     }
 
-    /// The next connection, or `None` once `shutdown` fires. A failed accept (typically
-    /// EMFILE) is logged and tried again after a short pause, instead of spinning on the error.
+    /// The next connection, or `None` once `shutdown` fires ([`Listening::next`]).
     pub(super) async fn next(&self, shutdown: &Shutdown) -> Option<(TcpStream, SocketAddr)> {
-        loop {
-            if shutdown.is_fired() {
-                return None;
-            }
-            // Cancelled and awaited, not dropped: under io_uring an accept may complete as the
-            // stop comes, and a connection it took is served, not lost (on a socket a new
-            // process accepts on, the kernel hands it to either).
-            let canceller = Canceller::new();
-            let mut accept = std::pin::pin!(self.listener.cancelable_accept(canceller.handle()));
-            let accepted = monoio::select! {
-                r = &mut accept => r,
-                _ = shutdown.fired() => {
-                    canceller.cancel();
-                    return accept.await.ok();
-                }
-            };
-            match accepted {
-                Ok(connection) => return Some(connection),
-                Err(e) => {
-                    warn!(core = self.core, error = %e, "accept failed");
-                    monoio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
+        self.listening.next(shutdown, &self.core).await
     }
 
     /// Stops listening: new connections are refused from here on; or, when a new process
     /// holds the socket too, stops accepting on it only.
     pub(super) fn close(self) {
-        // shutdown(2) on a listening socket takes it out of LISTEN at once, whoever still holds
-        // a descriptor.
         if self.sockets.held_alone() {
-            let _ = socket2::SockRef::from(&self.stopper).shutdown(std::net::Shutdown::Both);
+            self.listening.stop();
         }
     }
 }
