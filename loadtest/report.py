@@ -147,6 +147,11 @@ def table(path):
                   f"redis {m['redis'] * 10:.1f} us per request, p99 {ms(m['p99'])}")
         print(f"threads: 2/1 req/s {ratio('bare-pinboard-2t', 'bare-pinboard-1t'):.2f}x, "
               f"proxy CPU per request {two['proxy'] / one['proxy']:.2f}x")
+        nginx = med.get("bare-nginx")
+        if nginx:
+            print(f"threads: proxy CPU per request against bare-nginx's ({nginx['proxy']:.3f} "
+                  f"s/100k): 1 loop {one['proxy'] / nginx['proxy']:.2f}x, "
+                  f"2 loops {two['proxy'] / nginx['proxy']:.2f}x")
     # scripts/bench --tls and --access-log: what TLS costs each proxy on each side, and what the
     # access log costs pinboard, from the same run.
     for what, plain, tls in (("tls", "pinboard", "pinboard-https"),
