@@ -15,8 +15,8 @@ use monoio::io::AsyncWriteRentExt;
 use monoio_codec::{Decoded, Decoder};
 
 use super::chunked::{ChunkedDecoder, Piece};
+use super::conn::read_into;
 use super::head::{HeadError, ResponseHeadDecoder};
-use super::request::read_into;
 use crate::error::{Error, Origin};
 use crate::head_writer::{HeadWriter, Unwritable};
 use crate::tls::ClientTls;

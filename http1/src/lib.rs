@@ -10,6 +10,7 @@
 
 mod chunked;
 mod client;
+mod conn;
 mod driver;
 pub mod error;
 mod head;
@@ -27,6 +28,7 @@ mod transport;
 
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
+pub use conn::{read_into, write_all_within};
 pub use driver::{DriverKind, io_uring_runtime};
 pub use head::{
     Framing, HeadDecoder, HeadError, ResponseHeadDecoder, content_length, recycle_headers,
@@ -35,7 +37,7 @@ pub use head_writer::{HeadWriter, Unwritable, is_token};
 pub use json::read_json;
 pub use listening::Listening;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
-pub use request::{BodyError, Request, Upgraded, read_into, write_all_within};
+pub use request::{BodyError, Request, Upgraded};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};
 pub use shutdown::Shutdown;

@@ -9,20 +9,18 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
-use monoio::buf::{IoBuf, IoBufMut};
-use monoio::io::{AsyncReadRent, AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf};
+use monoio::io::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::chunked::{ChunkedDecoder, Piece};
+use super::conn::{Conn, read_into};
 use super::head::Framing;
 use super::response::Response;
-use super::server::Conn;
 use super::shutdown::Shutdown;
 use super::transport::Transport;
 
 /// Largest leftover body drained to keep a connection alive after a handler that did not read
 /// it; past this, closing is cheaper than reading.
 const DRAIN_MAX: u64 = 64 * 1024;
-const READ_CHUNK: usize = 16 * 1024;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyError {
@@ -316,59 +314,6 @@ impl Request<'_> {
             write_timeout: self.conn.write_timeout,
         }
     }
-}
-
-/// Appends one read's worth of bytes to `buf`; `Ok(0)` at end of stream.
-pub async fn read_into<R: AsyncReadRent>(io: &mut R, buf: &mut BytesMut) -> std::io::Result<usize> {
-    buf.reserve(READ_CHUNK);
-    let (len, cap) = (buf.len(), buf.capacity());
-    let owned = std::mem::take(buf);
-    let (result, slice) = io.read(owned.slice_mut(len..cap)).await;
-    *buf = slice.into_inner();
-    result
-}
-
-impl Conn {
-    /// Writes out everything queued in `out`. False when the client is gone, or took no byte
-    /// for the write timeout (the connection must close then).
-    pub(super) async fn flush(&mut self) -> bool {
-        if self.out.is_empty() {
-            return true;
-        }
-        let out = std::mem::take(&mut self.out);
-        self.sent += out.len() as u64;
-        match write_all_within(&mut self.writer, out, self.write_timeout).await {
-            Some(mut out) => {
-                out.clear();
-                self.out = out;
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-/// Writes all of `buf`, giving up when one write moves no byte for `idle`: a peer that stops
-/// reading is cut off after `idle`, however slowly a large answer is legitimately taken. The
-/// buffer comes back on success (for reuse); on failure it is gone with the connection.
-pub async fn write_all_within<W: AsyncWriteRent, B: IoBuf>(
-    io: &mut W,
-    buf: B,
-    idle: Duration,
-) -> Option<B> {
-    let mut buf = buf;
-    let mut written = 0;
-    while written < buf.bytes_init() {
-        let (result, slice) = monoio::time::timeout(idle, io.write(buf.slice(written..)))
-            .await
-            .ok()?;
-        buf = slice.into_inner();
-        match result {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => written += n,
-        }
-    }
-    Some(buf)
 }
 
 fn wants_keep_alive(head: &http::request::Parts) -> bool {

@@ -11,13 +11,14 @@ use bytes::BytesMut;
 use futures_util::FutureExt;
 use http::{Method, StatusCode, Version};
 use monoio::io::stream::Stream;
-use monoio::io::{AsyncWriteRent, OwnedReadHalf, OwnedWriteHalf, Splitable};
+use monoio::io::{AsyncWriteRent, Splitable};
 use monoio::net::TcpStream;
 use monoio_codec::FramedRead;
 use tracing::{debug, error};
 
+use super::conn::{Conn, read_into};
 use super::head::{HeadDecoder, HeadError, recycle_headers};
-use super::request::{Request, read_into};
+use super::request::Request;
 use super::response::{Persistence, Response};
 use crate::error::Error;
 use crate::shutdown::Shutdown;
@@ -74,17 +75,6 @@ pub trait Handler {
     /// The connection's TLS handshake is done (once, before its first request is read; never on
     /// a plain connection, nor when the handshake fails or times out).
     fn secured(&self) {}
-}
-
-pub struct Conn {
-    pub(super) reader: FramedRead<OwnedReadHalf<Transport>, HeadDecoder>,
-    pub(super) writer: OwnedWriteHalf<Transport>,
-    /// Responses not yet written: flushed when the client has no further request pipelined,
-    /// or once they pass [`OUTPUT_HIGH_WATER`].
-    pub(super) out: BytesMut,
-    /// Bytes written to the client so far (what `out` held at each flush).
-    pub(super) sent: u64,
-    pub(super) write_timeout: Duration,
 }
 
 /// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
