@@ -139,6 +139,11 @@ fn row<'a>(
         .unwrap_or_else(|| panic!("no row with {column} = {value}: {rows:?}"))
 }
 
+/// The seconds of a relative time under a minute ("in 42s" after `prefix` "in ").
+fn seconds(text: &str, prefix: &str) -> Option<u64> {
+    text.strip_prefix(prefix)?.strip_suffix('s')?.parse().ok()
+}
+
 fn last_line(text: &str) -> &str {
     text.lines().last().unwrap_or("")
 }
@@ -276,7 +281,10 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
         json!({"drained": true})
     );
     let drain = state("w2");
-    assert!(drain == "drain in 1m" || drain == "drain in 59s", "{drain}");
+    assert!(
+        drain == "drain in 1m" || seconds(&drain, "drain in ").is_some_and(|s| s >= 45),
+        "{drain}"
+    );
     let listed = ops.json(&["workers"]);
     let w2_entry = listed["workers"]
         .as_array()
@@ -304,7 +312,10 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
     );
     let out = ops.ok(&["instances", "--ns", "/threads", "--prefix", "a1"]);
     let wind = &table(&out)[0]["WIND-DOWN"];
-    assert!(wind == "in 30s" || wind == "in 29s", "{out}");
+    assert!(
+        seconds(wind, "in ").is_some_and(|s| (20..=30).contains(&s)),
+        "{out}"
+    );
     assert_eq!(
         ops.ok(&["wind-down", "/threads/nope"]),
         "nothing queued: /threads/nope has no placement (or its owner is gone)\n"
