@@ -8,6 +8,7 @@
 //! [`metrics`] counters; [`settings`], what a reload replaces), the route modules on it ([`placement`], [`proxy`], [`registry`],
 //! [`operator`]), [`routes`] (the route table) on top, and [`fleet`] and [`runtime`] (event
 //! loops, the process lifecycle) driving it all; [`logs`] is how the node's log lines look.
+//! [`ctl`] is the operator's command-line client, which only calls a node's operator routes.
 
 pub mod access_log;
 pub mod answers;
@@ -15,6 +16,7 @@ pub mod attestation;
 pub mod clock;
 pub mod config;
 pub mod correlation;
+pub mod ctl;
 pub mod fleet;
 pub mod limits;
 pub mod logs;

@@ -1,5 +1,6 @@
-//! The `pinboard` binary: `serve`, `reload`, `check-config` and `token`, and the shell
-//! completions and man page generated from this command line's definition.
+//! The `pinboard` binary: `serve`, `reload`, `check-config`, `token` and `ctl` (the operator's
+//! client, `pinboard::ctl`), and the shell completions and man page generated from this
+//! command line's definition.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -63,6 +64,8 @@ enum Command {
     },
     /// Mint an HS256 Passport credential for development.
     Token(Box<TokenArgs>),
+    /// Ask a running node: its workers, placements and health; drain, undrain, wind down.
+    Ctl(Box<pinboard::ctl::CtlArgs>),
     /// Print the shell completion script for SHELL on stdout.
     Completions {
         /// The shell: bash, zsh or fish (elvish and powershell too).
@@ -236,6 +239,7 @@ fn main() -> ExitCode {
             Err(message) => config_error(&message),
         },
         Command::Token(args) => token(*args),
+        Command::Ctl(args) => ctl(*args),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => man(dir.as_deref()),
         Command::Reload { config, pid_file } => reload(config.as_deref(), pid_file),
@@ -340,6 +344,21 @@ fn reload(config: Option<&Path>, pid_file: Option<PathBuf>) -> ExitCode {
             "no node: pid {pid} ({from}) is not running (a stale pid file?)"
         )),
         Err(e) => failed(format!("cannot signal pid {pid} ({from}): {e}")),
+    }
+}
+
+/// `pinboard ctl`: exit 2 for bad usage or no usable credential (nothing sent), 1 when the
+/// node cannot be reached or refuses.
+fn ctl(args: pinboard::ctl::CtlArgs) -> ExitCode {
+    match pinboard::ctl::run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("pinboard ctl: {failure}");
+            match failure {
+                pinboard::ctl::Failure::Usage(_) => ExitCode::from(EXIT_CONFIG),
+                pinboard::ctl::Failure::Failed(_) => ExitCode::FAILURE,
+            }
+        }
     }
 }
 

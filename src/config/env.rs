@@ -12,9 +12,15 @@ use super::keys::{self, KEYS, NAMESPACES};
 
 const PREFIX: &str = "PINBOARD_";
 
-/// Read by the CLI itself, not settings: the config file's path, the log filter and
-/// `pinboard token`'s secret.
-const NOT_SETTINGS: [&str; 3] = ["PINBOARD_CONFIG", "PINBOARD_LOG", "PINBOARD_TOKEN_SECRET"];
+/// Read by the CLI itself, not settings: the config file's path, the log filter,
+/// `pinboard token`'s secret and `pinboard ctl`'s node and credential.
+const NOT_SETTINGS: [&str; 5] = [
+    "PINBOARD_CONFIG",
+    "PINBOARD_LOG",
+    "PINBOARD_TOKEN_SECRET",
+    "PINBOARD_URL",
+    "PINBOARD_TOKEN",
+];
 
 /// The variable that sets `key`.
 pub(super) fn var_name(key: &str) -> String {
