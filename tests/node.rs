@@ -624,8 +624,25 @@ fn cli_version_short_config_help_and_token_rules() {
         "{version}"
     );
     // Every flag of every subcommand says what it is for.
-    for sub in ["serve", "check-config", "token", "completions", "man"] {
-        let help = String::from_utf8_lossy(&pinboard(&[sub, "--help"], &[]).stdout).into_owned();
+    let ctl = |sub| ["ctl", sub, "--help"];
+    let subcommands: [&[&str]; 13] = [
+        &["serve", "--help"],
+        &["reload", "--help"],
+        &["check-config", "--help"],
+        &["token", "--help"],
+        &["completions", "--help"],
+        &["man", "--help"],
+        &["ctl", "--help"],
+        &ctl("workers"),
+        &ctl("instances"),
+        &ctl("drain"),
+        &ctl("undrain"),
+        &ctl("wind-down"),
+        &ctl("health"),
+    ];
+    for sub in subcommands {
+        let help = String::from_utf8_lossy(&pinboard(sub, &[]).stdout).into_owned();
+        assert!(help.contains("Usage:"), "{sub:?}: {help}");
         for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
             let described = line
                 .trim()
@@ -633,7 +650,7 @@ fn cli_version_short_config_help_and_token_rules() {
                 .filter(|p| !p.trim().is_empty())
                 .count()
                 >= 2;
-            assert!(described, "{sub}: {line:?} has no help text");
+            assert!(described, "{sub:?}: {line:?} has no help text");
         }
     }
     let dir = tempfile::tempdir().unwrap();
