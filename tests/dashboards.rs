@@ -4,8 +4,10 @@
 //! the rules' PromQL names must be in that scrape. The dashboard's shape (data source, `job` and
 //! `instance` variables, a query and a unit on every panel) and the rules' (severity, runbook,
 //! a promtool case firing each alert) are checked too, and `promtool check rules` / `promtool
-//! test rules` run on them (Debian's `prometheus` package; skipped with a note without it,
-//! unless `CI` is set).
+//! test rules` run on them. Then a real Prometheus scrapes a real node with the rules loaded:
+//! every panel's query has data, no alert is pending on a healthy node, and the fleet's alerts
+//! go pending once Redis is gone. promtool and prometheus are Debian's `prometheus` package:
+//! without it those checks are skipped with a note, unless `CI` is set.
 //!
 //! The PromQL is read by a small scanner ([`reads`]): selectors with their matchers, and the
 //! labels of `by`/`without`/`on`/`ignoring`/`group_left`/`group_right`.
@@ -13,8 +15,10 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -23,6 +27,7 @@ use serde_yaml_ng::Value as Yaml;
 use support::fleet::Fixture;
 use support::http::get;
 use support::node::eventually;
+use support::process::installed_or_skipped;
 
 /// Labels Prometheus puts on every series of a target: valid on any family.
 const TARGET_LABELS: [&str; 2] = ["job", "instance"];
@@ -647,31 +652,105 @@ fn untested_alerts(rules: &[Yaml]) -> Vec<String> {
 
 // ---- promtool ------------------------------------------------------------------------------
 
-/// `promtool ARGS`' exit and output, or `None` where promtool is not installed (not allowed
-/// under CI, which installs it: `.ci/run`).
-fn promtool(args: &[&str]) -> Option<(bool, String)> {
-    match Command::new("promtool").args(args).output() {
-        Ok(out) => Some((
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "promtool is not installed (Debian: apt-get install prometheus)"
-            );
-            eprintln!(
-                "note: promtool not found, `promtool {}` skipped",
-                args.join(" ")
-            );
-            None
-        }
-        Err(e) => panic!("promtool: {e}"),
+/// `promtool ARGS`: whether it succeeded, and what it said.
+fn promtool(args: &[&str]) -> (bool, String) {
+    let out = Command::new("promtool").args(args).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// A Prometheus server on a loopback port of its own, scraping one target every second as job
+/// `pinboard` and evaluating alerts.yml every second; killed when dropped.
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("prometheus.yml");
+        let rules = repo_file("deploy/prometheus/alerts.yml");
+        let scrape = json!({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [rules],
+            "scrape_configs": [{
+                "job_name": "pinboard",
+                "static_configs": [{"targets": [target.to_string()]}],
+            }],
+        });
+        std::fs::write(&config, scrape.to_string()).unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = std::fs::File::create(dir.path().join("log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let prometheus = Prometheus { child, addr, dir };
+        let ready = eventually(Duration::from_secs(30), || {
+            TcpStream::connect(addr).is_ok() && get(addr, "/-/ready", None).status == 200
+        });
+        assert!(ready, "prometheus not ready:\n{}", prometheus.log());
+        prometheus
     }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    /// The instant vector `promql` evaluates to now.
+    fn query(&self, promql: &str) -> Vec<Value> {
+        let r = get(
+            self.addr,
+            &format!("/api/v1/query?query={}", url_encoded(promql)),
+            None,
+        );
+        let answer = r.json();
+        assert_eq!(answer["status"], "success", "{promql}: {}", r.text());
+        answer["data"]["result"].as_array().unwrap().clone()
+    }
+
+    /// The alerts pending or firing now.
+    fn alerts(&self) -> Vec<Value> {
+        let answer = get(self.addr, "/api/v1/alerts", None).json();
+        answer["data"]["alerts"].as_array().unwrap().clone()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `text` as a URL's query value: every byte but the unreserved ones percent-encoded.
+fn url_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 // ---- The tests -----------------------------------------------------------------------------
@@ -810,16 +889,21 @@ fn every_alert_has_a_severity_a_runbook_and_promtool_cases_firing_and_quiet() {
 
 #[test]
 fn promtool_checks_the_rules_runs_their_tests_and_parses_the_dashboard() {
-    let rules = repo_file("deploy/prometheus/alerts.yml");
-    let Some((ok, said)) = promtool(&["check", "rules", rules.to_str().unwrap()]) else {
+    if !installed_or_skipped(
+        "promtool",
+        "prometheus",
+        "promtool check rules / test rules",
+    ) {
         return;
-    };
+    }
+    let rules = repo_file("deploy/prometheus/alerts.yml");
+    let (ok, said) = promtool(&["check", "rules", rules.to_str().unwrap()]);
     assert!(
         ok && said.contains("SUCCESS"),
         "promtool check rules:\n{said}"
     );
     let cases = repo_file("deploy/prometheus/alerts_test.yml");
-    let (ok, said) = promtool(&["test", "rules", cases.to_str().unwrap()]).unwrap();
+    let (ok, said) = promtool(&["test", "rules", cases.to_str().unwrap()]);
     assert!(
         ok && said.contains("SUCCESS"),
         "promtool test rules:\n{said}"
@@ -840,7 +924,7 @@ fn promtool_checks_the_rules_runs_their_tests_and_parses_the_dashboard() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let groups = json!({"groups": [{"name": "dashboard", "rules": records}]});
     std::fs::write(file.path(), groups.to_string()).unwrap();
-    let (ok, said) = promtool(&["check", "rules", file.path().to_str().unwrap()]).unwrap();
+    let (ok, said) = promtool(&["check", "rules", file.path().to_str().unwrap()]);
     assert!(ok, "the dashboard's PromQL:\n{said}");
 }
 
@@ -948,5 +1032,102 @@ fn anchors_are_made_as_github_makes_them() {
             "dashboards-and-alerts".to_owned(),
             "pinboardnodenotserving".to_owned()
         ])
+    );
+}
+
+/// A panel's query as Grafana sends it for job `pinboard`, every node, and a rate interval of
+/// a few one-second scrapes.
+fn as_run(expr: &str) -> String {
+    expr.replace("$__rate_interval", "10s")
+        .replace("$instance", ".+")
+        .replace("$job", "pinboard")
+}
+
+/// A real Prometheus scrapes a real node's metrics listener every second with alerts.yml
+/// loaded: every panel's query has data, and no alert is pending while the node serves with
+/// traffic. Then Redis goes: the node's `/metrics` answers 500 `metrics collection failed` and
+/// the fleet's and the node's alerts go pending.
+#[test]
+fn a_real_prometheus_has_data_for_every_panel_and_alerts_once_redis_is_gone() {
+    if !installed_or_skipped(
+        "prometheus",
+        "prometheus",
+        "the scrape by a real Prometheus",
+    ) {
+        return;
+    }
+    let env = [
+        ("PINBOARD_METRICS_LISTEN", "127.0.0.1:0"),
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+    ];
+    let (mut f, worker, session) = Fixture::with_worker(&env, "w");
+    let target = f.node.metrics_addr();
+    let prometheus = Prometheus::start(target);
+    let dashboard: Value = serde_json::from_str(&read("deploy/grafana/pinboard.json")).unwrap();
+    let panels: Vec<Query> = dashboard_queries(&dashboard)
+        .into_iter()
+        .filter(|q| q.origin == Origin::Panel)
+        .collect();
+
+    let stop = AtomicBool::new(false);
+    let (mut empty, mut alerts) = (Vec::new(), Vec::new());
+    std::thread::scope(|scope| {
+        // Requests all along, so that rates over the last seconds are not empty, and
+        // heartbeats, so that the worker stays live.
+        scope.spawn(|| {
+            for i in 0u32.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                get(f.node.addr, &format!("/threads/t{}/x", i % 5), None);
+                if i % 20 == 0 {
+                    f.heartbeat(&worker, &session, json!({}));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let answered = eventually(Duration::from_secs(60), || {
+            empty = panels
+                .iter()
+                .filter(|q| prometheus.query(&as_run(&q.expr)).is_empty())
+                .map(|q| q.place.clone())
+                .collect();
+            empty.is_empty()
+        });
+        alerts = prometheus.alerts();
+        stop.store(true, Ordering::Relaxed);
+        assert!(answered, "no data for {empty:?}\n{}", prometheus.log());
+    });
+    assert!(alerts.is_empty(), "alerts on a healthy node: {alerts:#?}");
+
+    f.redis.stop();
+    let expected = [
+        (
+            "PinboardFleetLicenseLost",
+            json!({"alertname": "PinboardFleetLicenseLost", "job": "pinboard", "severity": "page"}),
+        ),
+        (
+            "PinboardNodeDown",
+            json!({"alertname": "PinboardNodeDown", "job": "pinboard", "instance": target.to_string(), "severity": "ticket"}),
+        ),
+    ];
+    let pending = eventually(Duration::from_secs(60), || {
+        alerts = prometheus.alerts();
+        expected.iter().all(|(_, labels)| {
+            alerts
+                .iter()
+                .any(|a| a["labels"] == *labels && a["state"] == "pending")
+        })
+    });
+    let scrape = get(target, "/metrics", None);
+    assert!(
+        pending,
+        "{alerts:#?}\nthe node's /metrics: {} {}",
+        scrape.status,
+        scrape.text()
+    );
+    assert_eq!(
+        (scrape.status, scrape.text().as_str()),
+        (500, r#"{"error":"metrics collection failed"}"#)
     );
 }
