@@ -650,7 +650,7 @@ fn untested_alerts(rules: &[Yaml]) -> Vec<String> {
     missing
 }
 
-// ---- promtool ------------------------------------------------------------------------------
+// ---- promtool and a Prometheus server ------------------------------------------------------
 
 /// `promtool ARGS`: whether it succeeded, and what it said.
 fn promtool(args: &[&str]) -> (bool, String) {
