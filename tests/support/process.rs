@@ -1,5 +1,5 @@
-//! Child processes of a test: finding a workspace binary next to the test executable, and
-//! reading what a child prints while it runs.
+//! Child processes of a test: finding a workspace binary next to the test executable, whether
+//! a system program is installed, and reading what a child prints while it runs.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -25,6 +25,26 @@ pub fn sibling_binary(name: &str, env_var: &str, build: &str) -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// Whether `program` (from Debian's `package`) runs here. Without it, `what` is skipped with a
+/// note; under CI (`CI` set) that fails instead, since `.ci/run` installs it.
+pub fn installed_or_skipped(program: &str, package: &str, what: &str) -> bool {
+    match std::process::Command::new(program)
+        .arg("--version")
+        .output()
+    {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{program} is not installed (Debian: apt-get install {package})"
+            );
+            eprintln!("note: {program} not found, {what} skipped (apt-get install {package})");
+            false
+        }
+        Err(e) => panic!("{program}: {e}"),
+    }
 }
 
 /// A child's stdout, line by line as it comes, and its stderr (its log) as written so far.
