@@ -23,8 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "clients" / "python" / "tests"))
 
-import support  # noqa: E402  (the worker library's harness, on the path just above)
-from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
+# The worker library's harness, on the path just above.
+import support
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless, and nothing of Chromium's own traffic: this machine's network is closed, and its
@@ -145,7 +146,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Generator[Stack, None, No
 @pytest.fixture(scope="module")
 def browser() -> Generator[Browser, None, None]:
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_FLAGS
+        )
         yield launched
         launched.close()
 

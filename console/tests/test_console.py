@@ -56,9 +56,13 @@ def test_sign_in_and_see_two_workers(console: Console, stack: Stack) -> None:
         expect(row.locator("td.namespaces")).to_have_text("/docs, /threads")
         assert row.locator("td.client").get_attribute("title") == worker.session
     expect(page.locator("#health-serving")).to_have_text("yes")
-    expect(page.locator("#health-license")).to_have_text("held by this node's fleet, epoch 0")
+    expect(page.locator("#health-license")).to_have_text(
+        "held by this node's fleet, epoch 0"
+    )
     # The resolution rates need two polls.
-    expect(page.locator("#resolutions tbody tr[data-key=forward] td").nth(1)).not_to_have_text("")
+    expect(
+        page.locator("#resolutions tbody tr[data-key=forward] td").nth(1)
+    ).not_to_have_text("")
     # Reloaded, the tab keeps its credential (sessionStorage), no sign-in again.
     page.reload()
     expect(page.locator("#workers tbody tr")).to_have_count(2)
@@ -75,7 +79,9 @@ def test_sign_in_and_see_two_workers(console: Console, stack: Stack) -> None:
     no_page_errors(console)
 
 
-def test_find_an_instance_by_prefix_and_open_its_row(console: Console, stack: Stack) -> None:
+def test_find_an_instance_by_prefix_and_open_its_row(
+    console: Console, stack: Stack
+) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
     page.click("nav a[data-page=instances]")
@@ -85,23 +91,33 @@ def test_find_an_instance_by_prefix_and_open_its_row(console: Console, stack: St
     rows = page.locator("#instances tbody tr")
     # inst-1, inst-10, inst-11: one page holds them all.
     expect(rows).to_have_count(3)
-    assert sorted(rows.locator("td.id").all_inner_texts()) == ["inst-1", "inst-10", "inst-11"]
+    assert sorted(rows.locator("td.id").all_inner_texts()) == [
+        "inst-1",
+        "inst-10",
+        "inst-11",
+    ]
     expect(page.locator("#search-status")).to_contain_text("the last page")
     expect(page.locator("#next-page")).to_be_hidden()
 
     page.locator("#instances td.id button", has_text=re.compile("^inst-10$")).click()
     fields = page.locator("#instance-fields")
-    expect(fields.locator("[data-field=epoch]")).to_have_text(stack.epoch_of("/threads", "inst-10"))
+    expect(fields.locator("[data-field=epoch]")).to_have_text(
+        stack.epoch_of("/threads", "inst-10")
+    )
     owner = stack.redis.row("/threads", "inst-10")
     assert owner is not None
-    expect(fields.locator("[data-field='owner session']")).to_have_text(owner["sessionId"])
+    expect(fields.locator("[data-field='owner session']")).to_have_text(
+        owner["sessionId"]
+    )
     expect(fields.locator("[data-field='wind-down deadline']")).to_have_text("none")
     # No ownership ledger on this node: no history section.
     expect(page.locator("#instance-history")).to_be_hidden()
     no_page_errors(console)
 
 
-def test_pages_of_a_small_limit_cover_every_instance_once(console: Console, stack: Stack) -> None:
+def test_pages_of_a_small_limit_cover_every_instance_once(
+    console: Console, stack: Stack
+) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
     page.click("nav a[data-page=instances]")
@@ -135,7 +151,9 @@ def test_cordon_a_worker_then_undrain_it(console: Console, stack: Stack) -> None
     expect(worker_row(page, "worker-b").locator("td.state")).to_have_text("serving")
 
     row.locator("button.undrain").click()
-    expect(page.locator("#confirm-says")).to_contain_text("Lift the operator drain of worker worker-a")
+    expect(page.locator("#confirm-says")).to_contain_text(
+        "Lift the operator drain of worker worker-a"
+    )
     page.click("#confirm-go")
     expect(row.locator("td.state")).to_have_text("serving", timeout=REFRESH_MS)
     page.click("nav a[data-page=actions]")
@@ -156,7 +174,9 @@ def test_wind_down_an_instance(console: Console, stack: Stack) -> None:
     deadline = page.locator("#instance-fields [data-field='wind-down deadline']")
     expect(deadline).to_have_text("none")
     page.click("#instance-wind-down")
-    expect(page.locator("#confirm-says")).to_contain_text("Wind down instance /threads/inst-5")
+    expect(page.locator("#confirm-says")).to_contain_text(
+        "Wind down instance /threads/inst-5"
+    )
     page.click("#confirm-go")
     expect(deadline).to_contain_text("(in ")
     row = stack.redis.row("/threads", "inst-5")
