@@ -3,7 +3,7 @@
 // its refusal with the node's error string) shown in the dialog and in the Actions page's
 // results. The Fleet and Instances pages start their acts through `act` too.
 
-import { ApiError, post } from "./api.js";
+import { post, said } from "./api.js";
 import { byId, el, setText } from "./dom.js";
 
 const dialog = {
@@ -37,17 +37,15 @@ dialog.go.addEventListener("click", async () => {
   setText(dialog.outcome, "…");
   try {
     const answer = await run();
-    const said = `${title}: ${JSON.stringify(answer)}`;
-    record(said, false);
+    record(`${title}: ${JSON.stringify(answer)}`, false);
     close();
     if (done) {
       done(answer);
     }
   } catch (e) {
-    const said = e instanceof ApiError ? e.toString() : String(e);
     dialog.outcome.className = "error";
-    setText(dialog.outcome, `Refused: ${said}`);
-    record(`${title}: refused: ${said}`, true);
+    setText(dialog.outcome, `Refused: ${said(e)}`);
+    record(`${title}: refused: ${said(e)}`, true);
     dialog.go.hidden = true;
     setText(dialog.cancel, "Close");
   } finally {

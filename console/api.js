@@ -32,6 +32,31 @@ export class ApiError extends Error {
   }
 }
 
+// What a failure says on the page: "403 namespace not allowed: /threads" for the node's refusal.
+export function said(e) {
+  return e instanceof ApiError ? e.toString() : String(e);
+}
+
+// Runs `task` now and every `ms` until the function returned is called; a run still going when
+// the next is due is not overlapped by it.
+export function every(ms, task) {
+  let busy = false;
+  const run = async () => {
+    if (busy) {
+      return;
+    }
+    busy = true;
+    try {
+      await task();
+    } finally {
+      busy = false;
+    }
+  };
+  run();
+  const timer = setInterval(run, ms);
+  return () => clearInterval(timer);
+}
+
 async function send(method, url, body) {
   const headers = { authorization: `Bearer ${credential() || ""}` };
   if (body !== undefined) {

@@ -2,7 +2,7 @@
 // #/charts), one shown at a time; a page that polls (Fleet, Charts) polls only while shown.
 
 import * as actions from "./actions.js";
-import { ApiError, claimsOf, credential, forget, get, keep } from "./api.js";
+import { claimsOf, credential, forget, get, keep, said } from "./api.js";
 import * as charts from "./charts.js";
 import { byId, setText } from "./dom.js";
 import * as fleet from "./fleet.js";
@@ -72,7 +72,7 @@ async function signIn(token) {
     await get("health");
   } catch (e) {
     forget();
-    setText(byId("sign-in-error"), e instanceof ApiError ? e.toString() : String(e));
+    setText(byId("sign-in-error"), said(e));
     return;
   }
   setText(byId("sign-in-error"), "");

@@ -5,7 +5,7 @@
 // new placements per second (`pinboard_placements_total`). `/metrics` on the main listener
 // needs an operator credential over the whole fleet; with another the page says so.
 
-import { ApiError, metrics } from "./api.js";
+import { ApiError, every, metrics, said } from "./api.js";
 import { draw } from "./plot.js";
 import { buckets, parse, quantile, rate, sum } from "./prom.js";
 import { byId, setText } from "./dom.js";
@@ -17,10 +17,9 @@ const REQUESTS = "pinboard_http_requests_total";
 const DURATION = "pinboard_http_request_duration_seconds";
 const PLACEMENTS = "pinboard_placements_total";
 
-let timer = null;
+let stopSampling = null;
 let last = null; // the previous scrape: {at, samples}
 let points = []; // [{at, classes: {2xx: rate…}, p50, p99, placements}]
-let sampling = false;
 
 function derive(before, after, seconds) {
   const data = { kind: "data" };
@@ -77,10 +76,6 @@ function redraw() {
 }
 
 async function sample() {
-  if (sampling) {
-    return;
-  }
-  sampling = true;
   const error = byId("charts-error");
   try {
     const samples = parse(await metrics());
@@ -102,10 +97,8 @@ async function sample() {
       );
       stop();
     } else {
-      setText(error, e instanceof ApiError ? e.toString() : String(e));
+      setText(error, said(e));
     }
-  } finally {
-    sampling = false;
   }
 }
 
@@ -113,11 +106,12 @@ export function start() {
   last = null;
   points = [];
   redraw();
-  sample();
-  timer = setInterval(sample, EVERY_MS);
+  stopSampling = every(EVERY_MS, sample);
 }
 
 export function stop() {
-  clearInterval(timer);
-  timer = null;
+  if (stopSampling) {
+    stopSampling();
+  }
+  stopSampling = null;
 }

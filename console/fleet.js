@@ -3,14 +3,13 @@
 // the difference between two polls over the time between them.
 
 import { drain, undrain } from "./actions.js";
-import { ApiError, get } from "./api.js";
+import { every, get, said } from "./api.js";
 import { byId, duration, el, keyedRows, setClass, setText, when } from "./dom.js";
 
 const EVERY_MS = 2000;
 
-let timer = null;
+let stopPolling = null;
 let lastHealth = null;
-let polling = false; // a poll slower than the period is not overlapped by the next
 
 function state(w) {
   const parts = [];
@@ -117,10 +116,6 @@ function showHealth(health, at) {
 }
 
 async function poll() {
-  if (polling) {
-    return;
-  }
-  polling = true;
   const error = byId("fleet-error");
   try {
     const [workers, health] = await Promise.all([get("workers"), get("health")]);
@@ -130,19 +125,18 @@ async function poll() {
     setText(error, "");
     setText(byId("fleet-updated"), `updated ${new Date(at).toLocaleTimeString()}`);
   } catch (e) {
-    setText(error, e instanceof ApiError ? e.toString() : String(e));
-  } finally {
-    polling = false;
+    setText(error, said(e));
   }
 }
 
 export function start() {
   lastHealth = null;
-  poll();
-  timer = setInterval(poll, EVERY_MS);
+  stopPolling = every(EVERY_MS, poll);
 }
 
 export function stop() {
-  clearInterval(timer);
-  timer = null;
+  if (stopPolling) {
+    stopPolling();
+  }
+  stopPolling = null;
 }

@@ -5,16 +5,12 @@
 // (`/registry/history` answering 200; any other answer means no ledger, and nothing is shown).
 
 import { windDown } from "./actions.js";
-import { ApiError, get } from "./api.js";
+import { get, said } from "./api.js";
 import { byId, clear, el, setText, when } from "./dom.js";
 
 let search = null; // the filters of the listing shown, and the cursor of its next page
 let pageNumber = 0;
 let shown = null; // the instance shown: {ns, id, env}
-
-function said(e) {
-  return e instanceof ApiError ? e.toString() : String(e);
-}
 
 // The overview's groups flattened: one row per placement.
 function entriesOf(overview) {

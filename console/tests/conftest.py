@@ -16,7 +16,6 @@ import sys
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -153,17 +152,6 @@ def browser() -> Generator[Browser, None, None]:
         launched.close()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
-    if report.when == "call":
-        item.stash[FAILED] = report.failed
-    return report
-
-
-FAILED = pytest.StashKey[bool]()
-
-
 @dataclass
 class Console:
     """A fresh browser context (its own sessionStorage) on the console, and what its page
@@ -185,8 +173,10 @@ def console(
     errors: list[str] = []
     page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
     page.on("pageerror", lambda e: errors.append(str(e)))
+    failed_before = request.session.testsfailed
     yield Console(page, messages, errors)
-    if request.node.stash.get(FAILED, False):
+    # The test's own report is in by its fixtures' teardown.
+    if request.session.testsfailed > failed_before:
         folder = ARTIFACTS / request.node.name
         folder.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(folder / "page.png"), full_page=True)

@@ -25,6 +25,22 @@ def sign_in(page: Page, base: str, token: str) -> None:
     expect(page.locator("#nav")).to_be_visible()
 
 
+def search(
+    page: Page,
+    ns: str = "/threads",
+    prefix: str = "",
+    tag: str = "",
+    limit: str = "100",
+) -> None:
+    """The Instances page's search, filled in and sent."""
+    page.click("nav a[data-page=instances]")
+    page.fill("#search input[name=ns]", ns)
+    page.fill("#search input[name=prefix]", prefix)
+    page.fill("#search input[name=tag]", tag)
+    page.select_option("#search select[name=limit]", limit)
+    page.click("#search button[type=submit]")
+
+
 def worker_row(page: Page, client: str):  # type: ignore[no-untyped-def]
     return page.locator("#workers tbody tr").filter(
         has=page.locator("td.client", has_text=re.compile(f"^{client}$"))
@@ -84,10 +100,7 @@ def test_find_an_instance_by_prefix_and_open_its_row(
 ) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
-    page.click("nav a[data-page=instances]")
-    page.fill("#search input[name=ns]", "/threads")
-    page.fill("#search input[name=prefix]", "inst-1")
-    page.click("#search button[type=submit]")
+    search(page, prefix="inst-1")
     rows = page.locator("#instances tbody tr")
     # inst-1, inst-10, inst-11: one page holds them all.
     expect(rows).to_have_count(3)
@@ -120,11 +133,7 @@ def test_pages_of_a_small_limit_cover_every_instance_once(
 ) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
-    page.click("nav a[data-page=instances]")
-    page.fill("#search input[name=ns]", "/threads")
-    page.fill("#search input[name=prefix]", "inst-")
-    page.select_option("#search select[name=limit]", "50")
-    page.click("#search button[type=submit]")
+    search(page, prefix="inst-", limit="50")
     expect(page.locator("#search-status")).to_contain_text("page 1")
     seen = page.locator("#instances td.id").all_inner_texts()
     while page.locator("#next-page").is_visible():
@@ -166,10 +175,7 @@ def test_cordon_a_worker_then_undrain_it(console: Console, stack: Stack) -> None
 def test_wind_down_an_instance(console: Console, stack: Stack) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
-    page.click("nav a[data-page=instances]")
-    page.fill("#search input[name=ns]", "/threads")
-    page.fill("#search input[name=prefix]", "inst-5")
-    page.click("#search button[type=submit]")
+    search(page, prefix="inst-5")
     page.locator("#instances td.id button", has_text="inst-5").click()
     deadline = page.locator("#instance-fields [data-field='wind-down deadline']")
     expect(deadline).to_have_text("none")
@@ -246,18 +252,13 @@ def test_the_charts_draw_from_metrics(console: Console, stack: Stack) -> None:
 def test_hostile_values_are_shown_as_text(console: Console, stack: Stack) -> None:
     page = console.page
     sign_in(page, stack.node.url, stack.operator)
-    page.click("nav a[data-page=instances]")
-    page.fill("#search input[name=ns]", "/threads")
-    page.fill("#search input[name=tag]", HOSTILE_TAG)
-    page.click("#search button[type=submit]")
+    search(page, tag=HOSTILE_TAG)
     rows = page.locator("#instances tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.locator("td.tag")).to_have_text(HOSTILE_TAG)
     expect(rows.locator("td.id")).to_have_text("inst-0")
 
-    page.fill("#search input[name=tag]", "")
-    page.fill("#search input[name=prefix]", "<img")
-    page.click("#search button[type=submit]")
+    search(page, prefix="<img")
     expect(rows).to_have_count(1)
     expect(rows.locator("td.id")).to_have_text(HOSTILE_ID)
     rows.locator("td.id button").click()
@@ -278,9 +279,7 @@ def test_the_console_on_the_metrics_listener(console: Console, stack: Stack) -> 
     expect(page.locator("#chart-requests path.line").first).to_have_attribute(
         "d", re.compile("L"), timeout=REFRESH_MS
     )
-    page.click("nav a[data-page=instances]")
-    page.fill("#search input[name=ns]", "/docs")
-    page.click("#search button[type=submit]")
+    search(page, ns="/docs")
     expect(page.locator("#instances td.id", has_text="readme")).to_have_count(1)
     no_page_errors(console)
 

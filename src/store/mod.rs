@@ -352,10 +352,12 @@ impl Store {
 
     /// The fleet license in force (`fleet.lua` writes it), as stored; `None` while none is.
     pub async fn fleet_license(&self) -> Result<Option<String>, Error> {
-        let reply = self
-            .redis
-            .cmd(&[b"GET", self.keys.fleet().as_bytes()])
-            .await?;
+        self.string_at(self.keys.fleet()).await
+    }
+
+    /// The string value of `key` (one `GET`); `None` where it has none.
+    async fn string_at(&self, key: &str) -> Result<Option<String>, Error> {
+        let reply = self.redis.cmd(&[b"GET", key.as_bytes()]).await?;
         Ok(reply.as_str().map(str::to_owned))
     }
 
