@@ -1,6 +1,8 @@
 //! The route table: which path goes to which handler, under which credential scope and method,
-//! and whether it waits for the node to be the serving fleet. Everything that is not a route
-//! here is the data plane (`{ns}/{id}{rest}`, [`crate::proxy`]).
+//! and whether it waits for the node to be the serving fleet; the console's files
+//! ([`operator::console`], when it is on); and what the metrics listener answers
+//! ([`on_metrics_listener`]). Everything that is not a route here is the data plane
+//! (`{ns}/{id}{rest}`, [`crate::proxy`]).
 //!
 //! Routes sit on top of the per-core state ([`Core`]); handlers get the state and, for a
 //! registry route, the credential this table authorized. A handler ends in a [`Fail`] to
