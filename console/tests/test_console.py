@@ -11,6 +11,7 @@ import os
 import re
 import time
 
+import pytest
 from conftest import HOSTILE_ID, HOSTILE_TAG, Console, Stack, support
 from playwright.sync_api import Page, expect
 
@@ -23,6 +24,13 @@ def sign_in(page: Page, base: str, token: str) -> None:
     page.fill("#token", token)
     page.click("#sign-in-form button[type=submit]")
     expect(page.locator("#nav")).to_be_visible()
+
+
+@pytest.fixture
+def page(console: Console, stack: Stack) -> Page:
+    """The console on the main listener, signed in with the unrestricted credential."""
+    sign_in(console.page, stack.node.url, stack.operator)
+    return console.page
 
 
 def search(
@@ -96,10 +104,8 @@ def test_sign_in_and_see_two_workers(console: Console, stack: Stack) -> None:
 
 
 def test_find_an_instance_by_prefix_and_open_its_row(
-    console: Console, stack: Stack
+    console: Console, stack: Stack, page: Page
 ) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
     search(page, prefix="inst-1")
     rows = page.locator("#instances tbody tr")
     # inst-1, inst-10, inst-11: one page holds them all.
@@ -129,10 +135,8 @@ def test_find_an_instance_by_prefix_and_open_its_row(
 
 
 def test_pages_of_a_small_limit_cover_every_instance_once(
-    console: Console, stack: Stack
+    console: Console, stack: Stack, page: Page
 ) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
     search(page, prefix="inst-", limit="50")
     expect(page.locator("#search-status")).to_contain_text("page 1")
     seen = page.locator("#instances td.id").all_inner_texts()
@@ -144,9 +148,9 @@ def test_pages_of_a_small_limit_cover_every_instance_once(
     assert sorted(seen) == sorted(f"inst-{i}" for i in range(12))
 
 
-def test_cordon_a_worker_then_undrain_it(console: Console, stack: Stack) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
+def test_cordon_a_worker_then_undrain_it(
+    console: Console, stack: Stack, page: Page
+) -> None:
     row = worker_row(page, "worker-a")
     expect(row.locator("td.state")).to_have_text("serving")
     row.locator("button.cordon").click()
@@ -172,9 +176,7 @@ def test_cordon_a_worker_then_undrain_it(console: Console, stack: Stack) -> None
     no_page_errors(console)
 
 
-def test_wind_down_an_instance(console: Console, stack: Stack) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
+def test_wind_down_an_instance(console: Console, stack: Stack, page: Page) -> None:
     search(page, prefix="inst-5")
     page.locator("#instances td.id button", has_text="inst-5").click()
     deadline = page.locator("#instance-fields [data-field='wind-down deadline']")
@@ -232,9 +234,9 @@ def test_an_out_of_scope_credential_sees_the_nodes_refusals(
     no_page_errors(console)
 
 
-def test_the_charts_draw_from_metrics(console: Console, stack: Stack) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
+def test_the_charts_draw_from_metrics(
+    console: Console, stack: Stack, page: Page
+) -> None:
     page.click("nav a[data-page=charts]")
     # Traffic across a few samples, a new placement among it.
     for i in range(6):
@@ -249,9 +251,9 @@ def test_the_charts_draw_from_metrics(console: Console, stack: Stack) -> None:
     no_page_errors(console)
 
 
-def test_hostile_values_are_shown_as_text(console: Console, stack: Stack) -> None:
-    page = console.page
-    sign_in(page, stack.node.url, stack.operator)
+def test_hostile_values_are_shown_as_text(
+    console: Console, stack: Stack, page: Page
+) -> None:
     search(page, tag=HOSTILE_TAG)
     rows = page.locator("#instances tbody tr")
     expect(rows).to_have_count(1)
