@@ -1,6 +1,8 @@
 //! The route table: which path goes to which handler, under which credential scope and method,
-//! and whether it waits for the node to be the serving fleet. Everything that is not a route
-//! here is the data plane (`{ns}/{id}{rest}`, [`crate::proxy`]).
+//! and whether it waits for the node to be the serving fleet; the console's files
+//! ([`operator::console`], when it is on); and what the metrics listener answers
+//! ([`on_metrics_listener`]). Everything that is not a route here is the data plane
+//! (`{ns}/{id}{rest}`, [`crate::proxy`]).
 //!
 //! Routes sit on top of the per-core state ([`Core`]); handlers get the state and, for a
 //! registry route, the credential this table authorized. A handler ends in a [`Fail`] to
@@ -20,6 +22,7 @@ use crate::error::{Error, Origin};
 use crate::http::{Handler, Request, Response, remove_dot_segments};
 use crate::metrics::RequestKind;
 use crate::node::Core;
+use crate::operator::console;
 use crate::passport::Credential;
 use crate::placement::client_ip;
 use crate::{operator, proxy, registry};
@@ -213,20 +216,8 @@ impl Handler for Core {
     /// is rewritten), and the request's record is filled on the way for [`Handler::answered`].
     async fn handle(&self, req: &mut Request<'_>, record: &mut Record) -> Result<Response, Error> {
         let correlation = begin(req, record);
-        let answer = match dispatch(self, req, &correlation, record).await {
-            Ok(answer) | Err(Fail::Answer(answer)) => Ok(answer),
-            Err(Fail::Error(e)) => {
-                // Contract §8: a Redis call that failed for a transient reason (disconnected,
-                // timed out, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN) is the client's to
-                // retry.
-                if e.origin() == Origin::Redis && e.is_retryable() {
-                    debug!(path = req.path(), error = %e, "registry unavailable");
-                    record.outcome(self.counters(), "unavailable");
-                }
-                answers::for_error(e)
-            }
-        };
-        answer.map(|a| end(a, correlation, record))
+        let handled = dispatch(self, req, &correlation, record).await;
+        settle(self, req, record, handled).map(|a| end(a, correlation, record))
     }
 
     /// The request metrics, and the access log's line.
@@ -257,6 +248,71 @@ impl Handler for Core {
             };
             log.write(&record, peer.ip(), None, response, 0);
         }
+    }
+}
+
+/// What a dispatch ended in, as the answer sent: a refusal as it is, an error by its origin.
+fn settle(
+    core: &Core,
+    req: &Request<'_>,
+    record: &mut Record,
+    handled: Handled,
+) -> Result<Response, Error> {
+    match handled {
+        Ok(answer) | Err(Fail::Answer(answer)) => Ok(answer),
+        Err(Fail::Error(e)) => {
+            // Contract §8: a Redis call that failed for a transient reason (disconnected,
+            // timed out, LOADING, MASTERDOWN, CLUSTERDOWN, TRYAGAIN) is the client's to
+            // retry.
+            if e.origin() == Origin::Redis && e.is_retryable() {
+                debug!(path = req.path(), error = %e, "registry unavailable");
+                record.outcome(core.counters(), "unavailable");
+            }
+            answers::for_error(e)
+        }
+    }
+}
+
+/// What the metrics listener (`metrics_listen`) answers: `GET /metrics` without a credential;
+/// with the console on, the console and the operator routes (`{base_path}/registry/…` of
+/// `pinboard:operator`, credential-checked exactly as on `listen`) that it calls; no worker
+/// route and no data plane. Anything else is 404 `not found`.
+pub async fn on_metrics_listener(
+    core: &Core,
+    req: &mut Request<'_>,
+    record: &mut Record,
+) -> Result<Response, Error> {
+    let correlation = begin(req, record);
+    record.kind = RequestKind::Operator;
+    let handled = dispatch_metrics_listener(core, req).await;
+    settle(core, req, record, handled).map(|a| end(a, correlation, record))
+}
+
+async fn dispatch_metrics_listener(core: &Core, req: &mut Request<'_>) -> Handled {
+    let raw = req.path();
+    if raw == "/metrics" {
+        return Ok(match *req.method() {
+            Method::GET | Method::HEAD => operator::scrape(core, req).await,
+            _ => answers::method_not_allowed("GET"),
+        });
+    }
+    if !core.live().config().console {
+        return Ok(answers::not_found());
+    }
+    let base = core.shared.config.base_path.as_str();
+    if console::is_console_path(raw) {
+        return Ok(console::serve(req, base));
+    }
+    let uri = req.head.uri.clone();
+    let clean = remove_dot_segments(uri.path());
+    let operator_route = strip_base(&clean, base).and_then(|path| {
+        ROUTES
+            .iter()
+            .find(|r| r.mount == Mount::Base && r.scope == Some(OPERATOR_SCOPE) && r.path == path)
+    });
+    match operator_route {
+        Some(route) => call(core, req, route).await,
+        None => Ok(answers::not_found()),
     }
 }
 
@@ -314,6 +370,11 @@ async fn dispatch(
         return call(core, req, route).await;
     }
     let base = core.shared.config.base_path.as_str();
+    // Outside the base, like `/metrics`; off, the path is the data plane's.
+    if console::is_console_path(raw) && core.live().config().console {
+        record.kind = RequestKind::Operator;
+        return Ok(console::serve(req, base));
+    }
     // The URI shares its bytes (a reference count, no copy): the path below the base can be
     // borrowed from it while the request itself is handed on mutably. Dot segments are removed
     // here, once, before any route or instance is read off the path.

@@ -74,6 +74,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(trusted_proxies: Vec<IpNet> = list(text_with(cidr))),
     key!(metrics: bool = flag),
     key!(metrics_listen: Option<SocketAddr> = optional(text_with(address))),
+    key!(console: bool = flag),
     // TOML integers are signed 64-bit, so that is the most a file (or a rendering) can hold.
     key!(fleet_epoch: u64 = whole(0, i64::MAX as u64)),
     key!(node_id: String = text_with(node_id)),

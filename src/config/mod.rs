@@ -87,6 +87,9 @@ pub struct Config {
     /// A second address serving only `GET /metrics`, without credentials, for a scraper on a
     /// private network (whatever `metrics` says). Default unset.
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the operator console (`/_console/`, outside `base_path`) on `listen` and, when set,
+    /// on `metrics_listen`. Default false: the paths are then the data plane's.
+    pub console: bool,
     /// This node's fleet-license epoch: a node with a higher epoch takes the license over.
     /// Default 0; at most 2^63 − 1 (TOML integers are signed 64-bit).
     pub fleet_epoch: u64,
@@ -369,6 +372,7 @@ impl Default for Config {
             },
             metrics: true,
             metrics_listen: None,
+            console: false,
             fleet_epoch: 0,
             node_id: default_node_id(SocketAddr::from(([127, 0, 0, 1], 8080))),
             passport: PassportConfig::default(),
@@ -803,6 +807,7 @@ affinity = "header:X-User"
 trusted_proxies = ["10.0.0.0/8", "::1"]
 metrics = false
 metrics_listen = "10.0.0.9:9901"
+console = true
 fleet_epoch = 7
 node_id = "edge-1"
 max_connections = 100
@@ -876,6 +881,7 @@ max_rows_per_namespace = 5000
             },
             metrics: false,
             metrics_listen: Some("10.0.0.9:9901".parse().unwrap()),
+            console: true,
             fleet_epoch: 7,
             node_id: "edge-1".into(),
             passport: PassportConfig {
@@ -1024,6 +1030,7 @@ max_rows_per_namespace = 5000
             ("PINBOARD_FORWARDS__KEEP_AUTHORIZATION", "true"),
             ("PINBOARD_METRICS", "false"),
             ("PINBOARD_METRICS_LISTEN", "10.0.0.9:9901"),
+            ("PINBOARD_CONSOLE", "true"),
             ("PINBOARD_FLEET_EPOCH", "7"),
             ("PINBOARD_NODE_ID", "edge-1"),
             ("PINBOARD_MAX_CONNECTIONS", "100"),

@@ -168,6 +168,8 @@ const CODES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 #[derive(Default)]
 pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
+    /// New placements the data plane made (a resolve minted an epoch).
+    placements: AtomicU64,
     /// Answers by kind and status class.
     requests: [[AtomicU64; CODES.len()]; RequestKind::ALL.len()],
     /// From the request head read to the answer written, by kind.
@@ -227,6 +229,11 @@ impl CoreCounters {
         self.pool_dropped[reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one new placement.
+    pub fn placed(&self) {
+        self.placements.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one outcome; `name` must be one of [`OUTCOMES`].
     pub fn count(&self, name: &str) {
         if let Some(i) = OUTCOMES.iter().position(|o| *o == name) {
@@ -259,6 +266,11 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
             .sum();
         (*name, total)
     })
+}
+
+/// Every core's new placements, summed.
+pub fn new_placements(cores: &[CoreCounters]) -> u64 {
+    sum(cores, |c| &c.placements)
 }
 
 /// Every core's upstream errors, summed, by kind.
@@ -344,6 +356,8 @@ pub struct Snapshot {
     pub connections_refused: Vec<(&'static str, u64)>,
     pub uptime_secs: f64,
     pub serving: bool,
+    /// New placements this node's data plane made.
+    pub placements: u64,
     /// Sweeper passes this node ran.
     pub sweeps: u64,
     /// What they deleted, by kind (`placement`, `overwritten`).
@@ -416,13 +430,27 @@ impl Collector for Snapshot {
                 ConstCounter::new(*n).encode(family.encode_family(&[(label, *value)])?)?;
             }
         }
-        let sweeps = ConstCounter::new(self.sweeps);
-        sweeps.encode(encoder.encode_descriptor(
-            "pinboard_sweeps",
-            "Sweeper passes this node ran while holding the sweeper lease",
-            None,
-            sweeps.metric_type(),
-        )?)?;
+        let counters = [
+            (
+                "pinboard_sweeps",
+                "Sweeper passes this node ran while holding the sweeper lease",
+                self.sweeps,
+            ),
+            (
+                "pinboard_placements",
+                "New placements this node's data plane made: a resolve that minted an epoch for an id (a forward to an existing owner is not one)",
+                self.placements,
+            ),
+        ];
+        for (name, help, n) in counters {
+            let counter = ConstCounter::new(n);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
         self.encode_requests(&mut encoder)?;
         self.encode_fleet(&mut encoder)?;
         self.encode_workers(&mut encoder)?;
@@ -670,6 +698,7 @@ mod tests {
             connections_refused: vec![("per_ip", 1)],
             uptime_secs: 1.5,
             serving: true,
+            placements: 6,
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],

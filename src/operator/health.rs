@@ -1,6 +1,7 @@
 //! `GET /healthz` (the process answers), `GET /readyz` (this node should get traffic) and
 //! `GET /registry/health` (what this node has been doing).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -9,6 +10,7 @@ use tracing::debug;
 
 use crate::answers::Handled;
 use crate::error::Error;
+use crate::fleet;
 use crate::http::Response;
 use crate::metrics;
 use crate::node::Core;
@@ -42,22 +44,32 @@ pub async fn registry_health(core: &Core) -> Handled {
             .map(|(name, n)| (name.to_owned(), n.into()))
             .collect();
     let connections = shared.connections();
-    // Spec: it answers while booting or draining; with Redis away, from what the node saw.
-    let quarantine = match quarantine_ms(core).await {
-        Ok(ms) => {
-            shared.last_quarantine_ms.store(ms, Ordering::Relaxed);
-            ms
+    // Spec: it answers while booting or draining; with Redis away, from what the node saw
+    // (and without what only Redis can say now: the windows per bucket, the license).
+    let (quarantine_ms, quarantine, license) = match what_redis_says(core).await {
+        Ok((windows, license)) => {
+            let longest = windows.values().copied().max().unwrap_or(0);
+            shared.last_quarantine_ms.store(longest, Ordering::Relaxed);
+            let windows: serde_json::Map<String, serde_json::Value> = windows
+                .into_iter()
+                .map(|(bucket, ms)| (bucket.to_string(), ms.into()))
+                .collect();
+            (longest, windows.into(), license)
         }
         Err(e) => {
             debug!(error = %e, "health: redis unavailable, reporting the last window seen");
-            shared.last_quarantine_ms.load(Ordering::Relaxed)
+            let last = shared.last_quarantine_ms.load(Ordering::Relaxed);
+            (last, serde_json::Value::Null, serde_json::Value::Null)
         }
     };
     let mut body = serde_json::json!({
         "resolutions": resolutions,
         "connections": connections,
-        "quarantineMs": quarantine,
+        "quarantineMs": quarantine_ms,
+        "quarantine": quarantine,
         "uptimeMs": shared.started.elapsed().as_millis() as u64,
+        "serving": shared.is_serving(),
+        "license": license,
     });
     if let Some(rss) = rss_bytes() {
         body["rssBytes"] = rss.into();
@@ -65,8 +77,10 @@ pub async fn registry_health(core: &Core) -> Handled {
     Ok(Response::json_value(StatusCode::OK, &body))
 }
 
-/// The largest remaining cold-start window across the buckets, by Redis's clock.
-async fn quarantine_ms(core: &Core) -> Result<u64, Error> {
+/// The remaining cold-start window of each bucket still in one (ms, rounded up, by Redis's
+/// clock), and the fleet license in force: `{held, epoch}`, `held` when it is this node's
+/// (byte for byte, as `fleet.lua` compares), `epoch` its epoch; both `null` when none is.
+async fn what_redis_says(core: &Core) -> Result<(BTreeMap<u32, u64>, serde_json::Value), Error> {
     let now = core
         .store
         .redis
@@ -75,15 +89,25 @@ async fn quarantine_ms(core: &Core) -> Result<u64, Error> {
         .as_int()
         .unwrap_or_default();
     let lease = core.shared.config.lease_ttl_ms as i64;
-    let longest = core
-        .store
-        .boot_times()
-        .await?
-        .into_iter()
-        .map(|boot| boot + lease - now)
-        .max()
-        .unwrap_or(0);
-    Ok(longest.max(0) as u64)
+    let windows = (0..)
+        .zip(core.store.boot_times().await?)
+        .filter_map(|(bucket, boot)| {
+            let left = boot? + lease - now;
+            (left > 0).then_some((bucket, left as u64))
+        })
+        .collect();
+    let license = match core.store.fleet_license().await? {
+        Some(stored) => {
+            let epoch = serde_json::from_str::<serde_json::Value>(&stored)
+                .ok()
+                .and_then(|l| l.get("epoch").cloned())
+                .unwrap_or_default();
+            let held = stored == fleet::license(&core.shared.config);
+            serde_json::json!({ "held": held, "epoch": epoch })
+        }
+        None => serde_json::json!({ "held": false, "epoch": null }),
+    };
+    Ok((windows, license))
 }
 
 /// Resident set size from /proc (absent where there is no /proc).

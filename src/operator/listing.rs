@@ -27,7 +27,7 @@ use http::{HeaderValue, StatusCode};
 
 use crate::error::Error;
 use crate::http::{Persistence, Request, Response};
-use crate::store::Store;
+use crate::store::{PlacementRow, Store};
 
 /// How many entries are written between two pauses of the writer.
 const BETWEEN_PAUSES: usize = 256;
@@ -63,6 +63,17 @@ pub struct Keep<'f> {
     pub now: u64,
     pub prefix: Option<&'f str>,
     pub tag: Option<&'f str>,
+}
+
+impl Keep<'_> {
+    /// The index of the row's owner in `owners` when the row is kept.
+    pub fn owner(&self, id: &str, row: &PlacementRow, owners: &Owners<'_>) -> Option<u32> {
+        let owner = *owners.index.get(row.owner()?)?;
+        let kept = !row.fenced(self.now)
+            && self.prefix.is_none_or(|p| id.starts_with(p))
+            && self.tag.is_none_or(|t| row.tag.as_deref() == Some(t));
+        kept.then_some(owner)
+    }
 }
 
 /// The kept placements of one (env, ns), in sorted runs.
@@ -121,15 +132,9 @@ impl Listing {
                 kept: Vec::with_capacity(page.entries.len()),
             };
             for (id, row) in &page.entries {
-                let Some(&owner) = row.owner().and_then(|o| owners.index.get(o)) else {
+                let Some(owner) = keep.owner(id, row, owners) else {
                     continue;
                 };
-                if row.fenced(keep.now)
-                    || keep.prefix.is_some_and(|p| !id.starts_with(p))
-                    || keep.tag.is_some_and(|t| row.tag.as_deref() != Some(t))
-                {
-                    continue;
-                }
                 let id = run.push(id);
                 let tag = row.tag.as_deref().map(|t| run.push(t));
                 let hostname = row.hostname.as_deref().map(|h| run.push(h));

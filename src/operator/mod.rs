@@ -1,10 +1,13 @@
-//! What operators use to watch the node: health and readiness probes, `/registry/health`
-//! and `/metrics` (and, as the registry grows, the fleet views, drains and wind-downs).
+//! What operators use to watch and steer the node: health and readiness probes,
+//! `/registry/health` and `/metrics`, the fleet views (a page at a time: `paging.rs`), drains
+//! and wind-downs, and the console that calls them from a browser (`console.rs`).
 
+pub mod console;
 mod drain;
 mod health;
 mod listing;
 mod metrics;
+mod paging;
 mod views;
 mod wind_down;
 

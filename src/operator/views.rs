@@ -32,6 +32,7 @@ use crate::passport::{Credential, RouteClaim};
 use crate::store::{Drain, Session, Takeover};
 
 use super::listing::{Body, Keep, Listing, Owners};
+use super::paging::{Ask, Groups, Page};
 
 const STATS_TIMEOUT: Duration = Duration::from_secs(3);
 const STATS_CONCURRENCY: usize = 8;
@@ -117,8 +118,10 @@ async fn current_headroom(core: &Core, sessions: &mut [Session]) -> Result<(), E
 /// hostname-aware mode `envs` names every namespace's env (`envs[ns]`, else `env`, which
 /// defaults to the hostname), and `takeover` is the effective one (`wind_down` unless given).
 /// `draining` is the worker's own flag or an operator drain of its client (`drains`), and a
-/// timed drain shows as `drain: {deadline}` (epoch ms, like `expiry`).
-fn worker_entry(s: &Session, drains: &BTreeMap<String, Drain>) -> Value {
+/// timed drain shows as `drain: {deadline}` (epoch ms, like `expiry`). Apart, for the console:
+/// `workerDraining` (the worker's own flag), `operatorDrain` (`null`, or `{deadline}` with
+/// `deadline: null` for a cordon) and `inflight` (forwards in flight from this node to it).
+fn worker_entry(s: &Session, drains: &BTreeMap<String, Drain>, inflight: u64) -> Value {
     let drain = drains.get(&s.client_id);
     let envs: BTreeMap<&str, &str> = match s.hostname {
         Some(_) => s
@@ -138,6 +141,9 @@ fn worker_entry(s: &Session, drains: &BTreeMap<String, Drain>) -> Value {
         "takeover": s.takeover.unwrap_or(Takeover::WindDown).as_str(),
         "headroom": s.headroom,
         "draining": s.draining || drain.is_some(),
+        "workerDraining": s.draining,
+        "operatorDrain": drain.map(|d| json!({ "deadline": d.deadline })),
+        "inflight": inflight,
         "expiry": s.expiry,
     });
     if let Some(since) = s.degraded_since {
@@ -152,7 +158,11 @@ fn worker_entry(s: &Session, drains: &BTreeMap<String, Drain>) -> Value {
 /// The read views' `workers` list.
 async fn worker_entries(core: &Core, shown: &[Session]) -> Result<Vec<Value>, Error> {
     let drains = core.store.drains(shown).await?;
-    Ok(shown.iter().map(|s| worker_entry(s, &drains)).collect())
+    let gauges = &core.shared.workers;
+    Ok(shown
+        .iter()
+        .map(|s| worker_entry(s, &drains, gauges.inflight(&s.session_id)))
+        .collect())
 }
 
 pub async fn workers(core: &Core, credential: &Credential) -> Handled {
@@ -168,11 +178,13 @@ pub async fn workers(core: &Core, credential: &Credential) -> Handled {
     ))
 }
 
-/// `GET /registry/overview` filters: `ns`, `prefix`, `tag` (ANDed), percent-decoded.
+/// `GET /registry/overview` filters: `ns`, `prefix`, `tag` (ANDed), percent-decoded; and
+/// `limit`, `cursor` or `id`: a page, or one id, instead of the whole listing (`paging.rs`).
 pub struct OverviewFilter<'q> {
     pub ns: Option<Cow<'q, str>>,
     pub prefix: Option<Cow<'q, str>>,
     pub tag: Option<Cow<'q, str>>,
+    pub ask: Option<Ask>,
 }
 
 /// A query value with `%XX` escapes (and `+` for space) decoded; an invalid escape stays as
@@ -203,19 +215,25 @@ fn decode(value: &str) -> Cow<'_, str> {
 }
 
 impl<'q> OverviewFilter<'q> {
-    /// The filters of a query string, or the spec's 400.
-    pub fn parse(query: Option<&'q str>) -> Result<OverviewFilter<'q>, Response> {
+    /// The filters of a query string for a registry of `shards` buckets, or the spec's 400
+    /// (and ours, for a malformed `limit`, `cursor` or `id`).
+    pub fn parse(query: Option<&'q str>, shards: u32) -> Result<OverviewFilter<'q>, Response> {
         let mut filter = OverviewFilter {
             ns: None,
             prefix: None,
             tag: None,
+            ask: None,
         };
+        let (mut limit, mut cursor, mut id) = (None, None, None);
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
                 "ns" => filter.ns = Some(decode(v)),
                 "prefix" => filter.prefix = Some(decode(v)),
                 "tag" => filter.tag = Some(decode(v)),
+                "limit" => limit = Some(decode(v)),
+                "cursor" => cursor = Some(decode(v)),
+                "id" => id = Some(decode(v)),
                 _ => {}
             }
         }
@@ -229,13 +247,21 @@ impl<'q> OverviewFilter<'q> {
         if filter.tag.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(answers::bad_request("empty tag"));
         }
+        filter.ask = Ask::parse(
+            limit.as_deref(),
+            cursor.as_deref(),
+            id.as_deref(),
+            filter.ns.as_deref(),
+            shards,
+        )
+        .map_err(answers::bad_request)?;
         Ok(filter)
     }
 }
 
 pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credential) -> Handled {
     let query = req.head.uri.query().map(str::to_owned);
-    let filter = match OverviewFilter::parse(query.as_deref()) {
+    let filter = match OverviewFilter::parse(query.as_deref(), core.store.keys.shards()) {
         Ok(filter) => filter,
         Err(refusal) => return Ok(refusal),
     };
@@ -247,7 +273,7 @@ pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credentia
     current_headroom(core, &mut shown).await?;
 
     // (hostname, env, namespace) → the sessions serving it.
-    let mut groups: BTreeMap<(Option<String>, String, String), Vec<String>> = BTreeMap::new();
+    let mut groups = Groups::new();
     for s in &shown {
         for ns in s
             .namespaces
@@ -258,20 +284,6 @@ pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credentia
                 .entry((s.hostname.clone(), s.env_of(ns).to_owned(), ns.clone()))
                 .or_default()
                 .push(s.session_id.clone());
-        }
-    }
-    let now = now_ms();
-    // Each (env, ns) is read once, a page at a time, whatever the hostnames sharing it.
-    let owners = Owners::new(live.iter().map(|s| s.session_id.as_str()));
-    let keep = Keep {
-        now,
-        prefix: filter.prefix.as_deref(),
-        tag: filter.tag.as_deref(),
-    };
-    let mut rows_of: BTreeMap<(String, String), Listing> = BTreeMap::new();
-    for (_, env, ns) in groups.keys() {
-        if let Entry::Vacant(slot) = rows_of.entry((env.clone(), ns.clone())) {
-            slot.insert(Listing::read(&core.store, env, ns, &owners, &keep).await?);
         }
     }
     let hostnames: Map<String, Value> = core
@@ -297,6 +309,31 @@ pub async fn overview(core: &Core, req: &mut Request<'_>, credential: &Credentia
         .collect();
     let bindings = json!({ "hostnames": hostnames, "envs": envs });
     let workers = worker_entries(core, &shown).await?;
+    let now = now_ms();
+    if let Some(ask) = &filter.ask {
+        let page = Page {
+            ask,
+            prefix: filter.prefix.as_deref(),
+            tag: filter.tag.as_deref(),
+            live: &live,
+            groups: &groups,
+            now,
+        };
+        return page.answer(&core.store, bindings, workers).await;
+    }
+    // Each (env, ns) is read once, a page at a time, whatever the hostnames sharing it.
+    let owners = Owners::new(live.iter().map(|s| s.session_id.as_str()));
+    let keep = Keep {
+        now,
+        prefix: filter.prefix.as_deref(),
+        tag: filter.tag.as_deref(),
+    };
+    let mut rows_of: BTreeMap<(String, String), Listing> = BTreeMap::new();
+    for (_, env, ns) in groups.keys() {
+        if let Entry::Vacant(slot) = rows_of.entry((env.clone(), ns.clone())) {
+            slot.insert(Listing::read(&core.store, env, ns, &owners, &keep).await?);
+        }
+    }
 
     // Everything is read: the body is written by hand, in the order (sorted keys) serde_json
     // writes an object: {"bindings", "namespaces": [{"entries", "env", "hostname",

@@ -154,10 +154,11 @@ pub async fn handle(
         record.outcome(core.counters(), outcome.name());
         let placement = match outcome {
             Outcome::Forward(p) => {
-                if p.placed
-                    && let Some((rate, client)) = rate
-                {
-                    rate.spend(client, resolved_at);
+                if p.placed {
+                    core.counters().placed();
+                    if let Some((rate, client)) = rate {
+                        rate.spend(client, resolved_at);
+                    }
                 }
                 p
             }

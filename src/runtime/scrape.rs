@@ -1,24 +1,22 @@
-//! The metrics listener (`metrics_listen`): a second, plain-HTTP socket answering only
-//! `GET /metrics`, without credentials, for a scraper on a private network, as Envoy's admin
-//! and HAProxy's stats listeners do. Bound before any core starts (a bad or busy address stops
-//! startup like a bad setting) and served by the first core, which stops it with the node.
-//! The answer is the operator route's ([`operator::scrape`]).
+//! The metrics listener (`metrics_listen`): a second, plain-HTTP socket answering
+//! `GET /metrics` without credentials, for a scraper on a private network, as Envoy's admin
+//! and HAProxy's stats listeners do, and, with `console = true`, the operator console and the
+//! operator routes it calls ([`routes::on_metrics_listener`]). Bound before any core starts (a
+//! bad or busy address stops startup like a bad setting) and served by the first core, which
+//! stops it with the node.
 
 use std::rc::Rc;
 
-use http::Method;
 use tracing::info;
 
 use super::Shutdown;
 use super::accept::Acceptor;
 use crate::access_log::Record;
-use crate::answers;
 use crate::config::Config;
 use crate::error::Error;
 use crate::http::{Handler, Limits, Request, Response, serve_connection};
-use crate::metrics::RequestKind;
 use crate::node::Core;
-use crate::{operator, routes};
+use crate::routes;
 
 /// The socket of `metrics_listen`, when it is set; the error is the one line that stops
 /// startup, naming the key.
@@ -63,14 +61,7 @@ impl Handler for Scrapes {
     type Note = Record;
 
     async fn handle(&self, req: &mut Request<'_>, record: &mut Record) -> Result<Response, Error> {
-        let correlation = routes::begin(req, record);
-        record.kind = RequestKind::Operator;
-        let answer = match (req.path(), req.method()) {
-            ("/metrics", &Method::GET | &Method::HEAD) => operator::scrape(&self.0, req).await,
-            ("/metrics", _) => answers::method_not_allowed("GET"),
-            _ => answers::not_found(),
-        };
-        Ok(routes::end(answer, correlation, record))
+        routes::on_metrics_listener(&self.0, req, record).await
     }
 
     fn answered(&self, record: Record, req: &Request<'_>, response: &Response, sent: u64) {

@@ -193,6 +193,33 @@ impl Store {
         RowPages(self.hash_pages(Keys::placements, env, ns, pattern))
     }
 
+    /// One step of a walk over the placement rows of (env, ns) that the caller keeps the place
+    /// of: `HSCAN` of `bucket`'s hash from `cursor` (`"0"` starts it) with `COUNT count` (at
+    /// most [`PAGE`]), only ids starting with `id_prefix` when given. The next cursor (`"0"`:
+    /// the bucket is done) and the rows that decode; a row may come again in a later step of
+    /// the same bucket (see [`Store::scan_page`]).
+    pub async fn placement_step(
+        &self,
+        bucket: u32,
+        env: &str,
+        ns: &str,
+        cursor: &str,
+        id_prefix: Option<&str>,
+        count: usize,
+    ) -> Result<(String, Vec<(String, PlacementRow)>), Error> {
+        let key = self.keys.placements(bucket, env, ns);
+        let pattern = id_prefix.map(|p| format!("{}*", glob_escape(p)));
+        let count = count.clamp(1, PAGE).to_string();
+        let (next, fields) = self
+            .scan_count(&key, cursor, pattern.as_deref(), &count)
+            .await?;
+        let rows = fields
+            .into_iter()
+            .filter_map(|(id, raw)| Some((id, PlacementRow::decode(&raw)?)))
+            .collect();
+        Ok((next, rows))
+    }
+
     /// The overwritten markers of (env, ns), bucket after bucket, a page at a time, as
     /// (id, marker) pairs: the sweeper's walk of them.
     pub fn marker_pages<'s>(&'s self, env: &str, ns: &str) -> HashPages<'s> {
@@ -230,11 +257,22 @@ impl Store {
         cursor: &str,
         pattern: Option<&str>,
     ) -> Result<(String, Vec<(String, Blob)>), Error> {
+        self.scan_count(key, cursor, pattern, PAGE_STR).await
+    }
+
+    /// [`Store::scan_page`] with `COUNT count`.
+    async fn scan_count(
+        &self,
+        key: &str,
+        cursor: &str,
+        pattern: Option<&str>,
+        count: &str,
+    ) -> Result<(String, Vec<(String, Blob)>), Error> {
         let mut args: Vec<&[u8]> = vec![b"HSCAN", key.as_bytes(), cursor.as_bytes()];
         if let Some(pattern) = pattern {
             args.extend([&b"MATCH"[..], pattern.as_bytes()]);
         }
-        args.extend([&b"COUNT"[..], PAGE_STR.as_bytes()]);
+        args.extend([&b"COUNT"[..], count.as_bytes()]);
         let reply = self.redis.cmd(&args).await?;
         let malformed = || Error::new(Origin::Internal, format!("HSCAN answered {reply:?}"));
         let [next, fields] = reply.as_array().ok_or_else(malformed)? else {
@@ -299,17 +337,28 @@ impl Store {
             .map(|copy| (copy.advertise_url, copy.secret)))
     }
 
-    /// Each bucket's cold-start stamp (ms), where it has one.
-    pub async fn boot_times(&self) -> Result<Vec<i64>, Error> {
+    /// Each bucket's cold-start stamp (ms), by bucket: `None` where it has none yet.
+    pub async fn boot_times(&self) -> Result<Vec<Option<i64>>, Error> {
         let reads = (0..self.keys.shards()).map(|b| async move {
             let args: [&[u8]; 2] = [b"GET", self.keys.bucket(b).boot_time.as_bytes()];
             self.redis.cmd(&args).await
         });
         let mut stamps = Vec::new();
         for boot in join_all(reads).await {
-            stamps.extend(boot?.as_int());
+            stamps.push(boot?.as_int());
         }
         Ok(stamps)
+    }
+
+    /// The fleet license in force (`fleet.lua` writes it), as stored; `None` while none is.
+    pub async fn fleet_license(&self) -> Result<Option<String>, Error> {
+        self.string_at(self.keys.fleet()).await
+    }
+
+    /// The string value of `key` (one `GET`); `None` where it has none.
+    async fn string_at(&self, key: &str) -> Result<Option<String>, Error> {
+        let reply = self.redis.cmd(&[b"GET", key.as_bytes()]).await?;
+        Ok(reply.as_str().map(str::to_owned))
     }
 
     /// Fails unless every bucket's master answers (one read each, all in flight at once). A

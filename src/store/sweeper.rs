@@ -35,11 +35,7 @@ impl Store {
 
     /// The node holding the sweeper lease, if any.
     pub async fn sweeper_holder(&self) -> Result<Option<String>, Error> {
-        let reply = self
-            .redis
-            .cmd(&[b"GET", self.keys.sweeper().as_bytes()])
-            .await?;
-        Ok(reply.as_str().map(str::to_owned))
+        self.string_at(self.keys.sweeper()).await
     }
 
     /// How many placement rows (env, ns) has in `bucket`: one `HLEN`, constant time.

@@ -61,6 +61,15 @@ impl WorkerGauges {
         gauge_of(&self.idle, url, url)
     }
 
+    /// Forwards in flight from this node to the worker of `session` now (0 when no core
+    /// holds its gauge).
+    pub fn inflight(&self, session: &str) -> u64 {
+        let map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(session)
+            .and_then(Weak::upgrade)
+            .map_or(0, |g| u64::from(g.value.load(Ordering::Relaxed)))
+    }
+
     /// Forwards in flight and idle pooled connections, summed per advertise URL (a worker
     /// that registered again under a new session, at the same URL, is one line).
     pub fn by_worker(&self) -> Vec<(String, u64, u64)> {
