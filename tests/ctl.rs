@@ -258,7 +258,7 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
         "pinboard ctl: 400 empty tag"
     );
 
-    // drain: a cordon shows as draining; undrain puts it back.
+    // drain: a cordon shows as cordoned; undrain puts it back.
     let state =
         |client: &str| row(&table(&ops.ok(&["workers"])), "CLIENT", client)["STATE"].clone();
     assert_eq!(
@@ -267,7 +267,7 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
     );
     assert_eq!(
         (state("w2"), state("w1")),
-        ("draining".into(), "serving".into())
+        ("cordoned".into(), "serving".into())
     );
     assert_eq!(
         ops.ok(&["undrain", "w2"]),
@@ -551,7 +551,7 @@ fn an_https_node_whose_certificate_a_private_ca_signed() {
             (run.code, run.stdout.as_str()),
             (
                 Some(0),
-                "CLIENT  HOSTNAME  SESSION  NAMESPACES  HEADROOM  STATE  DEGRADED  LEASE LEFT\n0 workers\n"
+                "CLIENT  HOSTNAME  SESSION  NAMESPACES  HEADROOM  IN FLIGHT  STATE  DEGRADED  LEASE LEFT\n0 workers\n"
             ),
             "{run:?}"
         );

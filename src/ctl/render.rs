@@ -23,14 +23,19 @@ struct Worker {
     envs: BTreeMap<String, String>,
     headroom: f64,
     draining: bool,
-    drain: Option<Drain>,
+    /// An operator drain of the worker's client: a cordon (`deadline: null`) or a timed drain.
+    #[serde(default)]
+    operator_drain: Option<OperatorDrain>,
+    /// Forwards in flight from the asked node to the worker.
+    #[serde(default)]
+    inflight: u64,
     degraded_since: Option<u64>,
     expiry: u64,
 }
 
 #[derive(Deserialize)]
-struct Drain {
-    deadline: u64,
+struct OperatorDrain {
+    deadline: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -87,6 +92,7 @@ pub fn workers(body: &[u8], now: u64) -> Result<String, Failure> {
         "SESSION",
         "NAMESPACES",
         "HEADROOM",
+        "IN FLIGHT",
         "STATE",
         "DEGRADED",
         "LEASE LEFT",
@@ -100,8 +106,11 @@ pub fn workers(body: &[u8], now: u64) -> Result<String, Failure> {
                 None => ns.clone(),
             })
             .collect();
-        let state = match (&w.drain, w.draining) {
-            (Some(drain), _) => format!("drain {}", relative(drain.deadline, now)),
+        let state = match (&w.operator_drain, w.draining) {
+            (Some(OperatorDrain { deadline: Some(at) }), _) => {
+                format!("drain {}", relative(*at, now))
+            }
+            (Some(OperatorDrain { deadline: None }), _) => "cordoned".to_owned(),
             (None, true) => "draining".to_owned(),
             (None, false) => "serving".to_owned(),
         };
@@ -111,6 +120,7 @@ pub fn workers(body: &[u8], now: u64) -> Result<String, Failure> {
             short(&w.session_id).to_owned(),
             namespaces.join(","),
             number(w.headroom),
+            w.inflight.to_string(),
             state,
             w.degraded_since
                 .map_or_else(|| "-".to_owned(), |since| relative(since, now)),
@@ -408,7 +418,8 @@ mod tests {
         let body = br#"{"workers":[{"sessionId":"0123456789abcdef0123456789abcdef","clientId":"w2",
             "advertiseUrl":"http://127.0.0.1:1","namespaces":["/docs","/threads"],"hostname":"h1",
             "envs":{"/docs":"prod","/threads":"prod"},"takeover":"wind_down","headroom":9.5,
-            "draining":true,"drain":{"deadline":1060000},"degradedSince":940000,"expiry":1015000}]}"#;
+            "draining":true,"workerDraining":false,"operatorDrain":{"deadline":1060000},
+            "inflight":3,"drain":{"deadline":1060000},"degradedSince":940000,"expiry":1015000}]}"#;
         let text = workers(body, now).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3, "{text}");
@@ -425,6 +436,7 @@ mod tests {
                 "01234567",
                 "/docs=prod,/threads=prod",
                 "9.5",
+                "3",
                 "drain in 1m",
                 "1m ago",
                 "15s"
