@@ -37,9 +37,29 @@ fn main() {
             .and_then(|out| String::from_utf8(out.stdout).ok())
             .map(|s| s.trim().to_owned())
     };
+    // Only the branch HEAD names: a commit on another worktree's branch (the same repository)
+    // does not rebuild this one. A branch whose ref is packed has no file of its own: then
+    // `packed-refs`, where it lives.
     if let (Some(dir), Some(common)) = (git_path("--git-dir"), git_path("--git-common-dir")) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
-        println!("cargo:rerun-if-changed={common}/refs/heads");
+        let branch = Command::new("git")
+            .args(["symbolic-ref", "--quiet", "HEAD"])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned());
+        // Detached, HEAD itself holds the commit. A path that never exists would rebuild on
+        // every build: each is named only when it is there.
+        let packed = format!("{common}/packed-refs");
+        let watched = branch
+            .map(|r| format!("{common}/{r}"))
+            .into_iter()
+            .chain([packed])
+            .find(|file| std::path::Path::new(file).exists());
+        if let Some(file) = watched {
+            println!("cargo:rerun-if-changed={file}");
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
 }
