@@ -42,6 +42,6 @@ pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};
-pub use shutdown::Shutdown;
+pub use shutdown::{Parting, Shutdown};
 pub use transport::Transport;
 pub use ws_frames::{FrameBoundaries, close_frame};
