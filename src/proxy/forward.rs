@@ -18,9 +18,9 @@ use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::tls::ClientTls;
 use crate::http::{
-    BodyError, ChunkedDecoder, FrameBoundaries, Parting, Persistence, Piece, Request,
-    ResponseHeadDecoder, Shutdown, Upgraded, WorkerAddr, close_frame, content_length, read_into,
-    recycle_headers, write_all_within,
+    BodyError, ChunkedDecoder, FrameBoundaries, Persistence, Piece, Request, ResponseHeadDecoder,
+    Shutdown, Upgraded, WorkerAddr, close_frame, content_length, read_into, recycle_headers,
+    write_all_within,
 };
 use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
@@ -39,7 +39,7 @@ const FRAME_END_WAIT: Duration = Duration::from_millis(500);
 /// client's own close frame), so that closing does not reset the connection under it.
 const CLOSE_LINGER: Duration = Duration::from_millis(500);
 /// The longest a WebSocket tunnel takes to say goodbye once the grace ended (the core waits
-/// this long, at most, for the tunnels still [`Parting`]), besides its writes.
+/// this long, at most, for the tunnels still parting), besides its writes.
 pub const GOODBYE_WITHIN: Duration = FRAME_END_WAIT.saturating_add(CLOSE_LINGER);
 /// The close code of the node's goodbye (RFC 6455 §7.4.1): the endpoint is going away.
 const GOING_AWAY: u16 = 1001;
@@ -584,6 +584,9 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration, websoc
     let pending = std::mem::take(client.buffered);
     let stuck = client.write_timeout;
     let shutdown = client.shutdown;
+    // The core waits for a WebSocket tunnel's goodbye, its linger included, while it can
+    // still say one: until the worker ended its side.
+    let mut parting = websocket.then(|| shutdown.parting());
     let said_goodbye = {
         let mut outbound = pin!(pipe(
             pending,
@@ -595,8 +598,7 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration, websoc
         let to_client = (&mut worker_read, &mut *client.writer);
         let mut inbound = pin!(async {
             if websocket {
-                let parting = shutdown.parting();
-                goodbye_pipe(buf, to_client, &received, stuck, shutdown, parting).await
+                goodbye_pipe(buf, to_client, &received, stuck, shutdown).await
             } else {
                 pipe(buf, to_client.0, to_client.1, &received, stuck)
                     .await
@@ -614,6 +616,7 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration, websoc
             Ok(None) => finish(inbound, &received, idle).await == Some(true),
             Ok(Some(said)) => {
                 if !said {
+                    parting = None;
                     finish(outbound, &sent, idle).await;
                 }
                 said
@@ -630,6 +633,7 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration, websoc
         };
         let _ = monoio::time::timeout(CLOSE_LINGER, drain).await;
     }
+    drop(parting);
 }
 
 /// Lets the direction still open after a half-close run while it makes progress: its outcome,
@@ -665,7 +669,6 @@ async fn goodbye_pipe<R: AsyncReadRent, W: AsyncWriteRent>(
     moved: &Cell<u64>,
     stuck: Duration,
     shutdown: &Shutdown,
-    _parting: Parting,
 ) -> std::io::Result<bool> {
     let mut frames = FrameBoundaries::default();
     let mut grace_over = pin!(shutdown.grace_over());
