@@ -53,6 +53,13 @@ def _closed(ws: ClientConnection) -> tuple[int, str]:
     return frame.code, frame.reason
 
 
+def _holding(node: Node, start_worker: StartWorker, path: str) -> WorkerProcess:
+    """A worker registered with `node`, holding the instance of `path` (placed through it)."""
+    worker = start_worker(node.url)
+    node.place(path)
+    return worker
+
+
 def _app_saw_end(worker: WorkerProcess, path: str) -> dict[str, Any]:
     def ended() -> dict[str, Any] | None:
         return next((w for w in worker.info()["websockets"] if w["path"] == path), None)
@@ -63,8 +70,7 @@ def _app_saw_end(worker: WorkerProcess, path: str) -> dict[str, Any]:
 def test_an_operator_wind_down_closes_1012_naming_the_epoch_at_its_deadline(
     node: Node, start_worker: StartWorker
 ) -> None:
-    worker = start_worker(node.url)
-    node.place("/threads/w1")
+    worker = _holding(node, start_worker, "/threads/w1")
     with _connect(node, "/threads/w1/ws") as (ws, greeting):
         body = {"namespace": "/threads", "id": "w1", "deadline": 1}
         queued = node.post("/registry/wind_down", body, operator_token())
@@ -80,8 +86,7 @@ def test_an_operator_wind_down_closes_1012_naming_the_epoch_at_its_deadline(
 def test_a_moved_wind_down_closes_1012_moved(
     redis: Redis, node: Node, start_worker: StartWorker
 ) -> None:
-    worker = start_worker(node.url)
-    node.place("/threads/m1")
+    worker = _holding(node, start_worker, "/threads/m1")
     # As the node queues a move's wind-down: an absolute deadline (ms) and `moved`.
     message = {
         "type": "wind_down",
@@ -101,8 +106,7 @@ def test_a_moved_wind_down_closes_1012_moved(
 def test_a_release_and_a_newer_epoch_close_the_old_epochs_sockets(
     redis: Redis, node: Node, start_worker: StartWorker
 ) -> None:
-    worker = start_worker(node.url)
-    node.place("/threads/r1")
+    worker = _holding(node, start_worker, "/threads/r1")
     with _connect(node, "/threads/r1/ws") as (released, greeting):
         assert worker.call("release", ns="/threads", id="r1") == {"result": True}
         assert _closed(released) == (1012, f"epoch {greeting['epoch']} ended")
@@ -123,8 +127,7 @@ def test_a_release_and_a_newer_epoch_close_the_old_epochs_sockets(
 def test_an_app_that_only_sends_ends_as_when_its_client_leaves(
     node: Node, start_worker: StartWorker
 ) -> None:
-    worker = start_worker(node.url)
-    node.place("/threads/t1")
+    worker = _holding(node, start_worker, "/threads/t1")
     with _connect(node, "/threads/t1/ticks") as (ws, greeting):
         assert worker.call("release", ns="/threads", id="t1") == {"result": True}
         assert _closed(ws) == (1012, f"epoch {greeting['epoch']} ended")
@@ -137,8 +140,7 @@ def test_a_node_stopped_past_its_grace_closes_1001(
     start_node: StartNode, start_worker: StartWorker
 ) -> None:
     node = start_node(env={"PINBOARD_HTTP__SHUTDOWN_GRACE_MS": "300"})
-    worker = start_worker(node.url)
-    node.place("/threads/s1")
+    worker = _holding(node, start_worker, "/threads/s1")
     with _connect(node, "/threads/s1/ws") as (ws, _):
         node.signal(signal.SIGTERM)
         assert _closed(ws) == (1001, "")

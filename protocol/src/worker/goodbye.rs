@@ -331,12 +331,6 @@ mod tests {
     use super::*;
     use crate::worker::held::Gate;
 
-    const OPEN: Gate = Gate {
-        superseded: false,
-        lease: true,
-        activations: true,
-    };
-
     fn e(s: &str) -> Epoch {
         Epoch::parse(s.as_bytes()).unwrap()
     }
@@ -356,7 +350,7 @@ mod tests {
     fn held(instances: &[(&str, &str)]) -> HeldMap {
         let map = HeldMap::new(0);
         for (id, epoch) in instances {
-            map.admit("/t", id, &e(epoch), Instant::now(), || OPEN);
+            map.admit("/t", id, &e(epoch), Instant::now(), || Gate::OPEN);
         }
         map
     }
@@ -406,26 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn a_move_says_moved() {
-        let goodbyes = Goodbyes::default();
-        let map = held(&[("a", "7")]);
-        let mut socket = goodbyes.open("/t", "a", &e("7"));
-        let deadline = goodbyes
-            .on_event(&wind_down("a", Some(0), true), &map)
-            .unwrap();
-        assert_eq!(deadline.after, Duration::ZERO);
-        goodbyes.deadline_reached(deadline);
-        assert_eq!(
-            now(&mut socket),
-            Some(Close {
-                code: 1012,
-                reason: "moved".into()
-            })
-        );
-    }
-
-    #[test]
-    fn a_later_message_revokes_or_replaces_a_deadline() {
+    fn a_move_says_moved_and_later_messages_revoke_or_replace() {
         let goodbyes = Goodbyes::default();
         let map = held(&[("a", "7")]);
         let mut socket = goodbyes.open("/t", "a", &e("7"));
@@ -443,8 +418,10 @@ mod tests {
             .unwrap();
         goodbyes.deadline_reached(second);
         assert_eq!(now(&mut socket), None, "replaced");
+        assert_eq!(third.after, Duration::from_secs(5));
         goodbyes.deadline_reached(third.clone());
-        assert_eq!(now(&mut socket).unwrap().reason, "moved");
+        assert_eq!(now(&mut socket), Some(Close::moved()));
+        assert_eq!(Close::moved().code, SERVICE_RESTART);
         // Reached once only.
         let mut again = goodbyes.open("/t", "a", &e("7"));
         goodbyes.deadline_reached(third);
