@@ -702,11 +702,11 @@ async fn goodbye_pipe<R: AsyncReadRent, W: AsyncWriteRent>(
         let deadline = match going {
             Some(deadline) => deadline,
             None => {
-                let read = monoio::select! {
+                let got = monoio::select! {
                     r = &mut read => Some(r),
                     _ = &mut grace_over => None,
                 };
-                match read {
+                match got {
                     Some(Ok(0)) => return to.shutdown().await.map(|()| false),
                     Some(r) => {
                         r?;
@@ -721,7 +721,9 @@ async fn goodbye_pipe<R: AsyncReadRent, W: AsyncWriteRent>(
         };
         match monoio::time::timeout_at(deadline, read).await {
             Ok(Ok(0)) => return to.shutdown().await.map(|()| false),
-            Ok(r) => drop(r?),
+            Ok(r) => {
+                r?;
+            }
             Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         }
     }
