@@ -3,8 +3,9 @@
 //! placement. It owns the server side (request and response heads parsed by our own parser on
 //! httparse into reused storage, bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
 //! one-shot client to a worker ([`fetch`]), TLS on either end ([`tls`], over a [`Transport`]), the one error type both sides report failures
-//! with ([`error`]), a core's [`Shutdown`] signal, a listening socket's accepts and stop ([`Listening`]) and the
-//! event-loop [`DriverKind`].
+//! with ([`error`]), a core's [`Shutdown`] signal, a listening socket's accepts and stop ([`Listening`]), the
+//! event-loop [`DriverKind`], and where a tunnelled WebSocket stream's frames end
+//! ([`FrameBoundaries`]), so that the node's close frame goes between two of them.
 //!
 //! No framework: a router sees a [`Request`] and returns a [`Response`].
 
@@ -25,6 +26,7 @@ mod server;
 mod shutdown;
 pub mod tls;
 mod transport;
+mod ws_frames;
 
 pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
@@ -40,5 +42,6 @@ pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded};
 pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Limits, serve_connection};
-pub use shutdown::Shutdown;
+pub use shutdown::{Parting, Shutdown};
 pub use transport::Transport;
+pub use ws_frames::{FrameBoundaries, close_frame};

@@ -297,6 +297,8 @@ pub struct Upgraded<'a> {
     pub writer: &'a mut OwnedWriteHalf<Transport>,
     /// How long a write to the client may move no byte (`http.write_timeout_ms`).
     pub write_timeout: Duration,
+    /// The core's stop, whose end of the grace a tunnel says goodbye at.
+    pub shutdown: &'a Shutdown,
 }
 
 impl Request<'_> {
@@ -312,6 +314,7 @@ impl Request<'_> {
             reader,
             writer: &mut self.conn.writer,
             write_timeout: self.conn.write_timeout,
+            shutdown: self.shutdown,
         }
     }
 }

@@ -3,6 +3,10 @@
 //! - `GET /{ns}/{id}/count` increments the instance's counter:
 //!   `{"ns","id","count","epoch","activated","session"}`; a counter restarts at 1 when its
 //!   instance is (re)activated here;
+//! - `GET /{ns}/{id}/ws`, a WebSocket: first `{"ns","id","epoch"}`, then each text message
+//!   echoed as `echo:{text}`; once its instance is wound down, moved or evicted here it is
+//!   closed 1012 with the reason (`epoch … ended`, `moved`), by `pinned_tower::ws::serve`, and
+//!   logs `websocket ended`;
 //! - `GET /healthz` is the service's own, passed through the layer untouched.
 //!
 //! Configured from the environment: `PINNED_REGISTRY` (the node's URL), `PINNED_TOKEN` or
@@ -29,11 +33,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use pinned_tower::{Config, Event, Instance, Worker};
+use pinned_tower::{Config, Event, Goodbye, Instance, Worker};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -66,6 +71,45 @@ async fn count(
         "activated": instance.activated,
     }))
     .into_response()
+}
+
+/// An instance's WebSocket: its greeting, then an echo, until the client leaves or the
+/// instance's goodbye closes it.
+async fn echo(
+    ws: WebSocketUpgrade,
+    instance: Option<Extension<Instance>>,
+    goodbye: Option<Extension<Goodbye>>,
+) -> Response {
+    let (Some(Extension(instance)), Some(Extension(goodbye))) = (instance, goodbye) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    ws.on_upgrade(move |socket| async move {
+        pinned_tower::ws::serve(socket, goodbye, async |socket| {
+            greet_and_echo(socket, &instance).await;
+        })
+        .await;
+        tracing::info!(ns = %instance.ns, id = %instance.id, "websocket ended");
+    })
+}
+
+async fn greet_and_echo(socket: &mut WebSocket, instance: &Instance) {
+    let greeting =
+        json!({ "ns": instance.ns, "id": instance.id, "epoch": instance.epoch.as_str() });
+    if socket
+        .send(Message::Text(greeting.to_string().into()))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    while let Some(Ok(message)) = socket.recv().await {
+        if let Message::Text(text) = message {
+            let echoed = format!("echo:{}", text.as_str());
+            if socket.send(Message::Text(echoed.into())).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn env(name: &str) -> Option<String> {
@@ -113,6 +157,7 @@ async fn main() -> ExitCode {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/{ns}/{id}/count", get(count))
+        .route("/{ns}/{id}/ws", get(echo))
         .with_state(Counters::default())
         .layer(worker.layer());
     println!("listening {addr}");

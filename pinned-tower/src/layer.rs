@@ -4,7 +4,9 @@
 //! - `GET /_pinned/challenge` and `GET /_pinned/stats` are answered here;
 //! - `/{ns}/{id}{rest}` of a registered namespace passes only with a valid attestation bound to
 //!   the instance and its one `Pinboard-Epoch`, not stale, and (for a new activation) on a live
-//!   lease; the inner service then gets it with the [`Instance`] in its extensions;
+//!   lease; the inner service then gets it with the [`Instance`] in its extensions, and a
+//!   WebSocket upgrade also with its instance's [`Goodbye`](crate::Goodbye) (`ws::serve` runs
+//!   it);
 //! - `/{ns}/{id}/_wake` is not found: the layer keeps no durability store;
 //! - every other path goes to the inner service untouched (its own health checks, say).
 //!
@@ -87,6 +89,12 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         if let Some(instance) = &instance {
+            if asks_websocket(req.headers()) {
+                let goodbye = core
+                    .goodbyes
+                    .open(&instance.ns, &instance.id, &instance.epoch);
+                req.extensions_mut().insert(goodbye);
+            }
             req.extensions_mut().insert(instance.clone());
         }
         Box::pin(async move {
@@ -140,6 +148,16 @@ fn decide<B>(core: &Core, req: &Request<B>) -> Decision {
         Ok(instance) => Decision::Instance(instance),
         Err(refused) => Decision::Answer(refused),
     }
+}
+
+/// Whether a request asks to switch to WebSocket (`Upgrade: websocket`, RFC 6455 §4.1).
+fn asks_websocket(headers: &http::HeaderMap) -> bool {
+    headers.get_all(http::header::UPGRADE).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|b| *b == b',')
+            .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"websocket"))
+    })
 }
 
 /// The core's answer as an HTTP response of the layer's body type.

@@ -10,6 +10,10 @@
 //!   fences every instance request `/{ns}/{id}...` by placement epoch before the service sees
 //!   it (with the [`Instance`] in its extensions), and passes every other path through.
 //! - [`Worker::shutdown`] releases what it holds and deregisters.
+//! - A WebSocket upgrade of an admitted instance also carries a [`Goodbye`]: it resolves to the
+//!   close (1012 and a reason) once the instance's epoch ends here (wound down at its deadline,
+//!   moved, evicted, superseded, released at shutdown). [`ws::serve`] (feature `axum`) runs an
+//!   axum WebSocket until then and closes it so.
 //!
 //! The rules are `pinned`'s, from the runtime-free core they share
 //! (`pinboard_protocol::worker`): the same checks in the same order with the same answers.
@@ -35,6 +39,8 @@
 mod config;
 mod layer;
 mod worker;
+#[cfg(feature = "axum")]
+pub mod ws;
 
 pub use config::Config;
 pub use layer::{Pinned, PinnedBody, PinnedLayer};
@@ -42,6 +48,7 @@ pub use pinboard_protocol::Takeover;
 pub use pinboard_protocol::worker::attest::Attestation;
 pub use pinboard_protocol::worker::control::{Event, Registration};
 pub use pinboard_protocol::worker::epoch::Epoch;
+pub use pinboard_protocol::worker::goodbye::{Close, Goodbye};
 pub use pinboard_protocol::worker::serve::Instance;
 pub use pinboard_protocol::worker::serve::Status;
 pub use pinboard_protocol::worker::state::Message;

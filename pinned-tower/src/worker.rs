@@ -1,7 +1,9 @@
 //! The worker on tokio: [`Worker::start`] validates the configuration and spawns the registry
 //! loop (the core's, `pinboard_protocol::worker::control`) as a task calling the registry
 //! through hyper's client; [`Worker::layer`] is what the service wraps itself in;
-//! [`Worker::shutdown`] releases, deregisters and ends the task.
+//! [`Worker::shutdown`] releases, deregisters and ends the task. The events also end the open
+//! WebSockets' epochs (`pinboard_protocol::worker::goodbye`), a wind-down's at its deadline,
+//! slept on a task of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +73,7 @@ impl Worker {
         let (events, inbox) = mpsc::unbounded_channel();
         let (stop, stopping) = watch::channel(Stop::Run);
         let runtime = Tokio {
+            core: core.clone(),
             client: Client::builder(TokioExecutor::new()).build_http(),
             registry,
             credential,
@@ -131,11 +134,15 @@ async fn run(core: Arc<Core>, registration: Registration, runtime: Tokio) {
     lifecycle(&core, &registration, &runtime).await;
     if *runtime.stop.borrow() == Stop::Graceful {
         leave(&core, &registration, &runtime).await;
+        // Everything held was released: every WebSocket's epoch ended here.
+        core.goodbyes.all_ended();
     }
 }
 
 /// The tokio side of the core's registry loop.
 struct Tokio {
+    /// Whose WebSockets the events end.
+    core: Arc<Core>,
     client: Client<HttpConnector, Full<Bytes>>,
     /// The registry's base URL.
     registry: Uri,
@@ -201,6 +208,16 @@ impl Runtime for Tokio {
     }
 
     fn emit(&self, event: Event) {
+        // What the event ends, the open WebSockets are told first: at once, or once a
+        // wind-down's deadline passed.
+        let goodbyes = &self.core.goodbyes;
+        if let Some(deadline) = goodbyes.on_event(&event, &self.core.held) {
+            let goodbyes = goodbyes.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(deadline.after).await;
+                goodbyes.deadline_reached(deadline);
+            });
+        }
         // Nobody listening is the application's choice.
         let _ = self.events.send(event);
     }

@@ -1,24 +1,30 @@
 //! The axum example (`examples/axum.rs`, built by `cargo test` beside the tests) against a real
 //! `pinboard serve` and redis-server: it counts per instance through the node and on SIGTERM
 //! releases, deregisters and exits 0; with a token file that expires unreplaced it exits 4,
-//! saying why.
+//! saying why. Its WebSockets, through the node with a real client (tungstenite), are closed
+//! 1012 `epoch … ended` when an operator winds their instance down, 1012 `moved` on a move's
+//! wind-down, and 1001 by the node when it stops past its grace.
 //!
 //! Needs the `pinboard` binary (`cargo build -p pinboard`; see `tests/support/node.rs`).
 
 mod support;
 
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
-use support::http::get;
+use serde_json::{Value, json};
+use support::http::{get, post_json};
 use support::layout::end_cold_start;
-use support::node::{Node, token};
+use support::node::{Node, eventually, token};
 use support::process::Output;
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
 use support::workers;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::{Message, WebSocket};
 
 /// `target/debug/examples/axum`, beside the test executable's `deps/`.
 fn example() -> PathBuf {
@@ -133,4 +139,113 @@ fn a_token_file_that_expires_unreplaced_exits_4_with_the_reason() {
             && log.contains("status=401"),
         "{log}"
     );
+}
+
+/// A WebSocket client through `node` to the example's `{path}/ws`, and the greeting it got.
+fn websocket(node: &Node, path: &str) -> (WebSocket<TcpStream>, Value) {
+    let stream = TcpStream::connect(node.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let url = format!("ws://{}{path}/ws", node.addr);
+    let (mut client, answer) = tungstenite::client(url.as_str(), stream)
+        .unwrap_or_else(|e| panic!("the handshake through the node: {e}\n{}", node.log()));
+    assert_eq!(answer.status(), 101);
+    let greeting = match client.read() {
+        Ok(Message::Text(text)) => serde_json::from_str(text.as_str()).unwrap(),
+        other => panic!("no greeting: {other:?}"),
+    };
+    client.send(Message::text("hi")).unwrap();
+    assert_eq!(client.read().unwrap(), Message::text("echo:hi"));
+    (client, greeting)
+}
+
+fn closed(code: CloseCode, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}
+
+#[test]
+fn websockets_are_closed_1012_when_their_instance_is_wound_down_or_moved() {
+    let redis = RedisServer::start();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
+    end_cold_start(&redis);
+    let worker_token = token("acct-1", &["pinboard:worker"], &["*"]);
+    let example = Example::start(&node, &[("PINNED_TOKEN", &worker_token)]);
+
+    // An operator's wind-down: closed once its deadline (a lease, at least) is reached.
+    let (mut wound, greeting) = websocket(&node, "/threads/a");
+    let epoch = greeting["epoch"].as_str().unwrap().to_owned();
+    let operator = token("ops", &["pinboard:operator"], &["*"]);
+    let body = json!({ "namespace": "/threads", "id": "a", "deadline": 1 }).to_string();
+    let queued = post_json(node.addr, "/registry/wind_down", Some(&operator), &body);
+    assert_eq!(queued.status, 200, "{}", queued.text());
+    let reason = format!("epoch {epoch} ended");
+    assert_eq!(
+        wound.read().unwrap(),
+        closed(CloseCode::Restart, &reason),
+        "{}",
+        example.output.log()
+    );
+    assert!(matches!(
+        wound.read(),
+        Err(tungstenite::Error::ConnectionClosed)
+    ));
+    assert!(eventually(Duration::from_secs(5), || example
+        .output
+        .log()
+        .contains("websocket ended")));
+
+    // A move's wind-down, queued to the session as the node queues one (`moved: true`).
+    let (mut moved, _) = websocket(&node, "/threads/b");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let message = json!({
+        "type": "wind_down", "ns": "/threads", "id": "b", "deadline": now_ms + 500, "moved": true,
+    });
+    let queue = format!("pinboard:{{r}}:control:{}", example.session);
+    redis.cli(&["HSET", &queue, "900001", &message.to_string()]);
+    assert_eq!(
+        moved.read().unwrap(),
+        closed(CloseCode::Restart, "moved"),
+        "{}",
+        example.output.log()
+    );
+}
+
+#[test]
+fn a_node_stopping_past_its_grace_tells_the_examples_websockets_going_away() {
+    let redis = RedisServer::start();
+    let mut node = Node::start(
+        &redis.url(),
+        &[
+            ("PINBOARD_LEASE_TTL_MS", "3000"),
+            ("PINBOARD_HTTP__SHUTDOWN_GRACE_MS", "300"),
+        ],
+    );
+    end_cold_start(&redis);
+    let worker_token = token("acct-1", &["pinboard:worker"], &["*"]);
+    let example = Example::start(&node, &[("PINNED_TOKEN", &worker_token)]);
+    let (mut client, _) = websocket(&node, "/threads/c");
+    node.terminate();
+    assert_eq!(
+        client.read().unwrap(),
+        closed(CloseCode::Away, ""),
+        "{}",
+        node.log()
+    );
+    // The worker sees its side of the tunnel end.
+    assert!(
+        eventually(Duration::from_secs(5), || example
+            .output
+            .log()
+            .contains("websocket ended")),
+        "{}",
+        example.output.log()
+    );
+    assert!(node.wait(Duration::from_secs(10)).success());
 }

@@ -165,6 +165,14 @@ pub struct ControlMessage {
     /// writes whole seconds; a reader takes a negative one as already past); `None`, written
     /// `null`, revokes an earlier wind-down.
     pub deadline: Option<Number>,
+    /// The wind-down is a move (`POST /registry/move`): the instance goes on on another
+    /// worker. Written only when true; absent (an older node), or anything but `true`, is false.
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub moved: bool,
 }
 
 /// One row of `POST /registry/release`, whose body is a non-empty array of them.
@@ -439,6 +447,7 @@ mod tests {
                 ns: "/threads".into(),
                 id: "a".into(),
                 deadline: Some(30.into()),
+                moved: false,
             },
             ControlMessage {
                 msg_id: MsgId::Number(5),
@@ -446,11 +455,20 @@ mod tests {
                 ns: "/threads".into(),
                 id: "a".into(),
                 deadline: None,
+                moved: false,
+            },
+            ControlMessage {
+                msg_id: MsgId::Number(6),
+                kind: "wind_down".into(),
+                ns: "/threads".into(),
+                id: "b".into(),
+                deadline: Some(0.into()),
+                moved: true,
             },
         ];
         round_trip(
             &answer,
-            r#"{"expiresInMs":15000,"draining":false,"drainDeadline":12,"degraded":true,"messages":[{"msgId":4,"type":"wind_down","ns":"/threads","id":"a","deadline":30},{"msgId":5,"type":"wind_down","ns":"/threads","id":"a","deadline":null}]}"#,
+            r#"{"expiresInMs":15000,"draining":false,"drainDeadline":12,"degraded":true,"messages":[{"msgId":4,"type":"wind_down","ns":"/threads","id":"a","deadline":30},{"msgId":5,"type":"wind_down","ns":"/threads","id":"a","deadline":null},{"msgId":6,"type":"wind_down","ns":"/threads","id":"b","deadline":0,"moved":true}]}"#,
         );
     }
 

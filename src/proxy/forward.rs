@@ -1,7 +1,8 @@
 //! One forward: the request to the worker (head rewritten, body streamed), the worker's answer
 //! relayed to the client (head rewritten, body streamed), the connection pooled when it can be.
 //! An upgrade the worker accepts (`101`) turns the exchange into a byte tunnel between the two
-//! connections until both sides are done.
+//! connections until both sides are done; a WebSocket tunnel still open when the shutdown grace
+//! ends says goodbye to its client (a close frame 1001, between two of the worker's frames).
 
 use std::cell::Cell;
 use std::future::Future;
@@ -17,8 +18,9 @@ use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 use super::headers::{self, BodyFraming, Forwarded};
 use crate::http::tls::ClientTls;
 use crate::http::{
-    BodyError, ChunkedDecoder, Persistence, Piece, Request, ResponseHeadDecoder, Upgraded,
-    WorkerAddr, content_length, read_into, recycle_headers, write_all_within,
+    BodyError, ChunkedDecoder, FrameBoundaries, Persistence, Piece, Request, ResponseHeadDecoder,
+    Shutdown, Upgraded, WorkerAddr, close_frame, content_length, read_into, recycle_headers,
+    write_all_within,
 };
 use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
@@ -29,6 +31,18 @@ const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 /// it did (a 413 once past its own cap, say, then a close): such an answer is already on its
 /// way, so this is only the time for the read to come back.
 const EARLY_ANSWER: Duration = Duration::from_secs(1);
+
+/// How long a WebSocket tunnel whose worker is in the middle of a frame when the shutdown grace
+/// ends waits for that frame's end, to put its close frame there; past it, it closes without.
+const FRAME_END_WAIT: Duration = Duration::from_millis(500);
+/// How long, after its close frame, a WebSocket tunnel reads what its client still sends (the
+/// client's own close frame), so that closing does not reset the connection under it.
+const CLOSE_LINGER: Duration = Duration::from_millis(500);
+/// The longest a WebSocket tunnel takes to say goodbye once the grace ended (the core waits
+/// this long, at most, for the tunnels still parting), besides its writes.
+pub const GOODBYE_WITHIN: Duration = FRAME_END_WAIT.saturating_add(CLOSE_LINGER);
+/// The close code of the node's goodbye (RFC 6455 §7.4.1): the endpoint is going away.
+const GOING_AWAY: u16 = 1001;
 
 /// How a forward ended.
 pub enum Outcome {
@@ -519,6 +533,7 @@ async fn switch(
     head: http::response::Parts,
     exchange: &Exchange<'_>,
 ) -> Outcome {
+    let websocket = switches_to_websocket(&head);
     let written = headers::response_head(
         head.status,
         &head.headers,
@@ -532,9 +547,17 @@ async fn switch(
         return failed(exchange, UpstreamError::Invalid).0;
     }
     if req.flush().await {
-        tunnel(req.upgraded(), upstream, exchange.timeout).await;
+        tunnel(req.upgraded(), upstream, exchange.timeout, websocket).await;
     }
     Outcome::Upgraded
+}
+
+/// Whether a `101` switches to WebSocket (and nothing else), whose frames the tunnel can tell
+/// apart.
+fn switches_to_websocket(answer: &http::response::Parts) -> bool {
+    answer.headers.get(header::UPGRADE).is_some_and(|chosen| {
+        protocols(chosen.as_bytes()).all(|p| protocol_name(p).eq_ignore_ascii_case(b"websocket"))
+    })
 }
 
 /// Copies client → worker and worker → client on this task until both directions are done.
@@ -548,7 +571,11 @@ async fn switch(
 /// cannot pin the tunnel, the remaining direction ends once it moves nothing for `idle` (the
 /// forward timeout). A failure either way (reset, write error) ends both at once: the failed
 /// peer can take nothing more.
-async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration) {
+///
+/// When the shutdown grace ends with the tunnel open: a `websocket` one still sending to its
+/// client says goodbye ([`goodbye_pipe`]), then reads what the client still sends for
+/// [`CLOSE_LINGER`] (its own close frame); any other is cut at once.
+async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration, websocket: bool) {
     let Upstream { stream, buf, .. } = upstream;
     let (mut worker_read, mut worker_write) = stream.into_split();
     let (sent, received) = (Cell::new(0u64), Cell::new(0u64));
@@ -556,39 +583,164 @@ async fn tunnel(client: Upgraded<'_>, upstream: Upstream, idle: Duration) {
     // worker's that came with its 101 are in the upstream buffer. Each goes first.
     let pending = std::mem::take(client.buffered);
     let stuck = client.write_timeout;
-    let mut outbound = pin!(pipe(
-        pending,
-        client.reader,
-        &mut worker_write,
-        &sent,
-        stuck
-    ));
-    let mut inbound = pin!(pipe(buf, &mut worker_read, client.writer, &received, stuck));
-    let first = monoio::select! {
-        r = &mut outbound => r.map(|()| true),
-        r = &mut inbound => r.map(|()| false),
+    let shutdown = client.shutdown;
+    // The core waits for a WebSocket tunnel's goodbye, its linger included, while it can
+    // still say one: until the worker ended its side.
+    let mut parting = websocket.then(|| shutdown.parting());
+    let said_goodbye = {
+        let mut outbound = pin!(pipe(
+            pending,
+            &mut *client.reader,
+            &mut worker_write,
+            &sent,
+            stuck
+        ));
+        let to_client = (&mut worker_read, &mut *client.writer);
+        let mut inbound = pin!(async {
+            if websocket {
+                goodbye_pipe(buf, to_client, &received, stuck, shutdown).await
+            } else {
+                pipe(buf, to_client.0, to_client.1, &received, stuck)
+                    .await
+                    .map(|()| false)
+            }
+        });
+        let mut grace_over = pin!(shutdown.grace_over());
+        let first = monoio::select! {
+            r = &mut outbound => r.map(|()| None),
+            r = &mut inbound => r.map(Some),
+            // A WebSocket's inbound side watches for it itself.
+            _ = &mut grace_over, if !websocket => return,
+        };
+        match first {
+            Ok(None) => finish(inbound, &received, idle).await == Some(true),
+            Ok(Some(said)) => {
+                if !said {
+                    parting = None;
+                    finish(outbound, &sent, idle).await;
+                }
+                said
+            }
+            Err(_) => false,
+        }
     };
-    match first {
-        Ok(true) => finish(inbound, &received, idle).await,
-        Ok(false) => finish(outbound, &sent, idle).await,
-        Err(_) => {}
+    if said_goodbye {
+        let mut discarded = BytesMut::new();
+        let drain = async {
+            while let Ok(1..) = read_into(client.reader, &mut discarded).await {
+                discarded.clear();
+            }
+        };
+        let _ = monoio::time::timeout(CLOSE_LINGER, drain).await;
     }
+    drop(parting);
 }
 
-/// Lets the direction still open after a half-close run while it makes progress.
-async fn finish<F: Future<Output = std::io::Result<()>>>(
+/// Lets the direction still open after a half-close run while it makes progress: its outcome,
+/// `None` once it stalled or failed.
+async fn finish<T, F: Future<Output = std::io::Result<T>>>(
     mut rest: Pin<&mut F>,
     moved: &Cell<u64>,
     idle: Duration,
-) {
+) -> Option<T> {
     loop {
         let before = moved.get();
         match monoio::time::timeout(idle, rest.as_mut()).await {
-            Ok(_) => return,
-            Err(_) if moved.get() == before => return,
+            Ok(done) => return done.ok(),
+            Err(_) if moved.get() == before => return None,
             Err(_) => {}
         }
     }
+}
+
+/// The worker → client side of a WebSocket tunnel: [`pipe`], with the worker's frames tracked
+/// as they pass ([`FrameBoundaries`]). Once the shutdown grace ends it passes the worker's
+/// bytes only up to the end of the frame under way (within [`FRAME_END_WAIT`]: past it, an
+/// error, and the tunnel closes without a goodbye), then writes a close frame 1001 (going
+/// away; none when the worker sent its own Close) and half-closes: true. False when the worker
+/// ended its stream first (passed on as in [`pipe`]).
+///
+/// A read is never cut short by the grace's end but waited for: bytes it took off the socket
+/// and dropped would leave the frames tracked apart from the frames sent. Only once the
+/// tunnel closes anyway is a pending read dropped.
+async fn goodbye_pipe<R: AsyncReadRent, W: AsyncWriteRent>(
+    mut buf: BytesMut,
+    (from, to): (&mut R, &mut W),
+    moved: &Cell<u64>,
+    stuck: Duration,
+    shutdown: &Shutdown,
+) -> std::io::Result<bool> {
+    let mut frames = FrameBoundaries::default();
+    let mut grace_over = pin!(shutdown.grace_over());
+    // Once the grace is over: until when the frame under way may take to end.
+    let mut going: Option<monoio::time::Instant> = None;
+    loop {
+        if !buf.is_empty() {
+            let passed = match going {
+                None => {
+                    frames.feed(&buf);
+                    buf.len()
+                }
+                Some(_) if frames.at_boundary() => 0,
+                Some(_) => frames.step(&buf),
+            };
+            // What follows the frame under way once the grace is over is never sent.
+            buf.truncate(passed);
+            let n = buf.len() as u64;
+            if n > 0 {
+                buf = write_all_within(to, buf, stuck)
+                    .await
+                    .ok_or(std::io::ErrorKind::TimedOut)?;
+                moved.set(moved.get() + n);
+            }
+            buf.clear();
+        }
+        if going.is_some() && frames.at_boundary() {
+            return say_goodbye(to, &frames, stuck).await;
+        }
+        let mut read = pin!(read_into(from, &mut buf));
+        let deadline = match going {
+            Some(deadline) => deadline,
+            None => {
+                let got = monoio::select! {
+                    r = &mut read => Some(r),
+                    _ = &mut grace_over => None,
+                };
+                match got {
+                    Some(Ok(0)) => return to.shutdown().await.map(|()| false),
+                    Some(r) => {
+                        r?;
+                        continue;
+                    }
+                    None if frames.at_boundary() => {
+                        return say_goodbye(to, &frames, stuck).await;
+                    }
+                    None => *going.insert(monoio::time::Instant::now() + FRAME_END_WAIT),
+                }
+            }
+        };
+        match monoio::time::timeout_at(deadline, read).await {
+            Ok(Ok(0)) => return to.shutdown().await.map(|()| false),
+            Ok(r) => {
+                r?;
+            }
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+}
+
+/// The node's close frame (unless the worker's already went), then the half-close.
+async fn say_goodbye<W: AsyncWriteRent>(
+    to: &mut W,
+    frames: &FrameBoundaries,
+    stuck: Duration,
+) -> std::io::Result<bool> {
+    if !frames.closed() {
+        write_all_within(to, close_frame(GOING_AWAY).to_vec(), stuck)
+            .await
+            .ok_or(std::io::ErrorKind::TimedOut)?;
+    }
+    to.shutdown().await.map(|()| true)
 }
 
 /// Copies `from` into `to`, starting with `buf` (bytes already read off `from`), until `from`

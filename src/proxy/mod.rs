@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use http::{StatusCode, Version, header};
 
+pub use forward::GOODBYE_WITHIN;
 pub use headers::{BodyFraming, Forwarded, request_head, response_head};
 
 use crate::access_log::Record;

@@ -52,6 +52,9 @@ struct Stored {
     id: String,
     #[serde(default, deserialize_with = "lua_option")]
     deadline: Option<u64>,
+    /// Queued by a move: carried to the worker as it is.
+    #[serde(default)]
+    moved: bool,
 }
 
 /// A heartbeat refused 401 or 403, for the log: one `warn` line per worker that keeps sending
@@ -229,6 +232,7 @@ pub async fn heartbeat(core: &Core, req: &mut Request<'_>, credential: &Credenti
                 ns: m.ns,
                 id: m.id,
                 deadline: m.deadline.map(|d| secs_left(d, now).into()),
+                moved: m.moved,
             })
         })
         .collect();

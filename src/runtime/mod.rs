@@ -3,7 +3,8 @@
 //! Redis connection and connection tasks. Nothing on the request path is shared between cores.
 //!
 //! Also owns the process lifecycle: binding, signal handling, the bounded graceful stop
-//! (stop accepting, let in-flight requests finish, exit), the binary upgrade ([`upgrade`]) and
+//! (stop accepting, let in-flight requests finish, let WebSocket tunnels still open say
+//! goodbye, exit), the binary upgrade ([`upgrade`]) and
 //! the pid file ([`pid_file`]); and the metrics listener (`metrics_listen`, [`scrape`]) on the
 //! first core.
 
@@ -441,6 +442,12 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
             open = open(),
             "grace period over; dropping connections"
         );
+        // WebSocket tunnels say goodbye first (a close frame between two of the worker's).
+        shutdown.end_grace();
+        let goodbyes = Instant::now() + crate::proxy::GOODBYE_WITHIN;
+        while shutdown.partings() > 0 && Instant::now() < goodbyes {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     // The sweeper gives its lease up before the process goes (bounded by the Redis timeout).
     if let Some(sweeper) = sweeper {

@@ -13,9 +13,11 @@ instrumented app below; `fastapi`: the README's minimal shape), `PINNED_TEST_REG
 `PINNED_TEST_HOSTNAME`, `PINNED_TEST_ENV` and `PINNED_TEST_EPOCH` (takeover `wind_down`).
 
 The Starlette app answers every instance request with what `pinboard_worker.instance(request)` says,
-echoes on `/{ns}/{id}/ws`, and has test-only routes outside every namespace (the middleware
-hands them to the app untouched): `GET /_test/info` (the worker's session, secret, held
-instances, status, the events `on_event` got, the wakes `on_wake` got), `POST /_test/call`
+echoes on `/{ns}/{id}/ws` (after a greeting: the instance), sends `tick` every 50 ms on
+`/{ns}/{id}/ticks` (never receiving), records how each of those WebSockets ended, and has
+test-only routes outside every namespace (the middleware hands them to the app untouched):
+`GET /_test/info` (the worker's session, secret, held instances, status, the events `on_event`
+got, the wakes `on_wake` got, how WebSockets ended), `POST /_test/call`
 (`worker.release/tag/schedule_wake/cancel_wake`, the outcome or the error as JSON) and
 `POST /_test/wake-hook` (make `on_wake` wait or fail).
 """
@@ -36,7 +38,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 import pinboard_worker
 
@@ -51,6 +53,9 @@ class Recorder:
         """Set unless `on_wake` is told to hold."""
         self.released.set()
         self.fail = False
+        self.websockets: list[dict[str, Any]] = []
+        """How each WebSocket of the app ended: its path, and the code its disconnect said
+        (or the error its send raised)."""
 
     async def on_event(self, worker: pinboard_worker.Worker, event: pinboard_worker.Event) -> None:
         self.events.append(event_json(event))
@@ -131,6 +136,7 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
                 "events": recorder.events,
                 "messages": [dataclasses.asdict(m) for m in worker.messages()],
                 "wakes": recorder.wakes,
+                "websockets": recorder.websockets,
             }
         )
 
@@ -176,9 +182,23 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
     async def echo(ws: WebSocket) -> None:
         await ws.accept()
         await ws.send_json(instance_json(ws, worker))
-        while True:
-            text = await ws.receive_text()
-            await ws.send_text(f"echo:{text}")
+        try:
+            while True:
+                text = await ws.receive_text()
+                await ws.send_text(f"echo:{text}")
+        except WebSocketDisconnect as gone:
+            recorder.websockets.append({"path": ws.url.path, "code": gone.code})
+
+    async def ticks(ws: WebSocket) -> None:
+        """Sends without ever receiving: only a failing send can end it."""
+        await ws.accept()
+        await ws.send_json(instance_json(ws, worker))
+        try:
+            while True:
+                await ws.send_text("tick")
+                await asyncio.sleep(0.05)
+        except WebSocketDisconnect as gone:
+            recorder.websockets.append({"path": ws.url.path, "code": gone.code})
 
     methods = ["GET", "POST", "PUT", "DELETE"]
     return Starlette(
@@ -187,6 +207,7 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
             Route("/_test/call", call, methods=["POST"]),
             Route("/_test/wake-hook", wake_hook, methods=["POST"]),
             WebSocketRoute("/{ns}/{id}/ws", echo),
+            WebSocketRoute("/{ns}/{id}/ticks", ticks),
             Route("/{ns}/{id}{rest:path}", serve, methods=methods),
         ]
     )

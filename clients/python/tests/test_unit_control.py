@@ -56,6 +56,11 @@ def test_wind_down_messages() -> None:
     assert _wind_down(no_deadline) == Message(msg_id=7, ns="/t", id="a", deadline=None)
     past = {"msgId": 8, "type": "wind_down", "ns": "/t", "id": "a", "deadline": -2.5}
     assert _wind_down(past) == Message(msg_id=8, ns="/t", id="a", deadline=0.0)
+    moved = {"msgId": 9, "type": "wind_down", "ns": "/t", "id": "a", "deadline": 5, "moved": True}
+    assert _wind_down(moved) == Message(msg_id=9, ns="/t", id="a", deadline=5.0, moved=True)
+    for unsure in ("yes", 1, None, False):
+        message = {**moved, "moved": unsure}
+        assert _wind_down(message) == Message(msg_id=9, ns="/t", id="a", deadline=5.0), unsure
     for unreadable in [
         {"msgId": 9, "type": "rebalance", "ns": "/t", "id": "a"},
         {"msgId": 9, "ns": "/t", "id": "a", "deadline": 1},

@@ -730,6 +730,7 @@ fn parse_wind_down(message: &Value) -> Option<Message> {
         ns: message.ns,
         id: message.id,
         deadline,
+        moved: message.moved,
     })
 }
 
@@ -791,8 +792,16 @@ mod tests {
                 ns: "/t".into(),
                 id: "a".into(),
                 deadline: Some(Duration::from_secs(30)),
+                moved: false,
             })
         );
+        let moved = json!({ "msgId": 3, "type": "wind_down", "ns": "/t", "id": "a",
+            "deadline": 5, "moved": true });
+        assert!(parse_wind_down(&moved).unwrap().moved);
+        // Anything but `true` is no move, and still the wind-down it says.
+        let unsure = json!({ "msgId": 4, "type": "wind_down", "ns": "/t", "id": "a",
+            "deadline": 5, "moved": "yes" });
+        assert!(!parse_wind_down(&unsure).unwrap().moved);
         let revoked =
             json!({ "msgId": 7, "type": "wind_down", "ns": "/t", "id": "a", "deadline": null });
         assert_eq!(parse_wind_down(&revoked).unwrap().deadline, None);

@@ -59,6 +59,16 @@ pub struct Gate {
     pub activations: bool,
 }
 
+#[cfg(test)]
+impl Gate {
+    /// Everything allowed, for tests.
+    pub(crate) const OPEN: Gate = Gate {
+        superseded: false,
+        lease: true,
+        activations: true,
+    };
+}
+
 pub struct HeldMap {
     /// Picks a key's shard. Seeded apart from the shards' own maps, so that the keys of one
     /// shard do not share the low hash bits those maps place them by.
@@ -241,11 +251,7 @@ mod tests {
 
     use super::*;
 
-    const OPEN: Gate = Gate {
-        superseded: false,
-        lease: true,
-        activations: true,
-    };
+    const OPEN: Gate = Gate::OPEN;
 
     fn e(s: &str) -> Epoch {
         Epoch::parse(s.as_bytes()).unwrap()

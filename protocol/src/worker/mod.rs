@@ -10,12 +10,15 @@
 //!   generic over the runtime that sleeps and sends;
 //! - [`credential`]: the Passport credential, a token or a token file read again when it
 //!   changed;
+//! - [`goodbye`]: the WebSocket goodbye (1012) when an instance's epoch ends with sockets
+//!   open: which events end which epochs, and the futures that tell the sockets;
 //! - `mint` (feature `mint`): attestations minted as Pinboard mints them, for tests.
 
 pub mod attest;
 pub mod control;
 pub mod credential;
 pub mod epoch;
+pub mod goodbye;
 pub mod held;
 #[cfg(any(test, feature = "mint"))]
 pub mod mint;

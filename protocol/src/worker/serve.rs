@@ -14,6 +14,7 @@ use tracing::debug;
 
 use super::attest::{self, Attestation, Binding, Invalid};
 use super::epoch::Epoch;
+use super::goodbye::Goodbyes;
 use super::held::{Admission, HeldMap};
 use super::state::{State, random_hex};
 use crate::Purpose;
@@ -35,6 +36,8 @@ pub struct Core {
     state: Mutex<State>,
     /// The instances held, and those released in the last minute.
     pub held: HeldMap,
+    /// The goodbyes of the instances' open WebSockets.
+    pub goodbyes: Goodbyes,
 }
 
 /// The worker's standing with the registry.
@@ -190,6 +193,7 @@ impl Core {
             started: Instant::now(),
             state: Mutex::new(State::new(headroom)),
             held: HeldMap::new(expected_instances),
+            goodbyes: Goodbyes::default(),
         }
     }
 
@@ -333,7 +337,12 @@ impl Core {
             return Err(Answer::invalid_attestation());
         }
         let activated = match self.admit(ns, id, &epoch, Instant::now()) {
-            Admission::Serve { activated } => activated,
+            Admission::Serve { activated: true } => {
+                // A newer epoch here: the older one's WebSockets are over.
+                self.goodbyes.newer_epoch(ns, id, &epoch);
+                true
+            }
+            Admission::Serve { activated: false } => false,
             Admission::Stale => {
                 debug!(%ns, %id, %epoch, "refusing a forward at a stale epoch");
                 return Err(Answer::text(StatusCode::CONFLICT, "stale placement epoch"));

@@ -41,6 +41,9 @@ pub struct Message {
     pub id: String,
     /// Time left to wind the instance down; `None` revokes an earlier wind-down.
     pub deadline: Option<Duration>,
+    /// A move: the instance goes on on another worker (its WebSockets are closed with the
+    /// reason `moved`).
+    pub moved: bool,
 }
 
 /// What the registry protocol moves, one per worker, behind the worker's lock.

@@ -8,7 +8,9 @@ under any ASGI server (uvicorn, hypercorn, ...), Starlette and FastAPI apps incl
 - `/{ns}/{id}{rest}` for a registered namespace, HTTP or WebSocket: the attestation (a
   `forward` token, bound to this `{ns}/{id}` and epoch), `Pinboard-Epoch` (digits, exactly one),
   the epoch guard (stale refused) and, for a new activation, a live lease; then the app gets it
-  with `scope["pinned"]` set to the `Instance` (`pinboard_worker.instance(request)`).
+  with `scope["pinned"]` set to the `Instance` (`pinboard_worker.instance(request)`). A
+  WebSocket is closed 1012 by the middleware itself once its instance's epoch ends here
+  (wound down, moved, evicted, released: `goodbye.py`).
 - `POST /{ns}/{id}/_wake` (a `wake` token), only with a durability store: the `on_wake` hook.
 - Everything else goes to the app untouched (its own health checks, say): no instance there.
 - The lifespan: the worker starts registering at startup and leaves gracefully at shutdown.
@@ -20,6 +22,7 @@ sees as an instance path is exactly what was checked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from . import attestation, epoch
 from .attestation import Attestation, Binding, InvalidAttestation
 from .durable import Begin
+from .goodbye import Close, Goodbye, WebSocketClosed
 from .held import Admission
 from .types import Instance
 
@@ -166,7 +170,7 @@ class PinnedMiddleware:
         if kind == "http":
             await self.app(inner, receive, self._withheld_past_the_lease(send))
         else:
-            await self.app(inner, receive, send)
+            await self._websocket(inner, admitted, receive, send)
 
     # --- the checks ------------------------------------------------------------------------
 
@@ -230,6 +234,28 @@ class PinnedMiddleware:
             await send(message)
 
         return guarded
+
+    async def _websocket(self, scope: Scope, inst: Instance, receive: Receive, send: Send) -> None:
+        """An admitted WebSocket, the app's until it is done with it, or until its instance's
+        epoch ends here first (`goodbye.py`): then the middleware closes it itself, 1012 and
+        the reason, and the app's pending (or next) `receive` gets `websocket.disconnect`."""
+        socket = _Farewell(self.worker.state.goodbyes.open(inst.ns, inst.id, inst.epoch))
+        closer = asyncio.ensure_future(socket.close_when_said(send))
+        try:
+            await self.app(scope, socket.receiving(receive), socket.sending(send))
+        except Exception as e:
+            # What an app raises once its socket was closed under it (a send refused, the
+            # disconnect it did not expect) ends it as a client's leaving would.
+            if socket.goodbye.said is None or not _ended_by_close(e):
+                raise
+            log.debug("the app of %s/%s ended on its goodbye: %r", inst.ns, inst.id, e)
+        finally:
+            socket.goodbye.leave()
+            if socket.goodbye.said is None:
+                closer.cancel()
+            # The close goes out before the server ends the connection.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await closer
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, answer: Answer) -> None:
         if scope["type"] == "http":
@@ -388,6 +414,83 @@ class PinnedMiddleware:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+class _Farewell:
+    """An admitted WebSocket's ASGI channel, with its goodbye: `close_when_said` sends the
+    close once the goodbye comes (unless the app closed the socket or the client left first);
+    from then on the app's `receive` answers `websocket.disconnect` with the goodbye's code and
+    reason, and its `send` raises `WebSocketClosed`. Sends go one at a time, so that the close
+    never cuts into a message being written."""
+
+    def __init__(self, goodbye: Goodbye) -> None:
+        self.goodbye = goodbye
+        self.said: Close | None = None
+        """The close sent for the goodbye."""
+        self._over = False
+        """The app closed the socket, or the client left: nothing to say."""
+        self._sending = asyncio.Lock()
+
+    async def close_when_said(self, send: Send) -> None:
+        close = await self.goodbye.wait()
+        async with self._sending:
+            if self._over:
+                return
+            self._over = True
+            self.said = close
+            log.info(
+                "closing a WebSocket of %s/%s: %d %s",
+                self.goodbye.ns,
+                self.goodbye.id,
+                close.code,
+                close.reason,
+            )
+            await send({"type": "websocket.close", "code": close.code, "reason": close.reason})
+
+    def receiving(self, receive: Receive) -> Receive:
+        pending: asyncio.Future[Message] | None = None
+
+        async def received() -> Message:
+            nonlocal pending
+            if self.goodbye.said is None:
+                if pending is None:
+                    pending = asyncio.ensure_future(receive())
+                said: asyncio.Future[Any] = asyncio.ensure_future(self.goodbye.wait())
+                try:
+                    waited: set[asyncio.Future[Any]] = {pending, said}
+                    await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    said.cancel()
+                if pending.done():
+                    message, pending = pending.result(), None
+                    if message["type"] == "websocket.disconnect":
+                        self._over = True
+                    return message
+            if pending is not None:
+                pending.cancel()
+                pending = None
+            close = self.goodbye.said
+            assert close is not None
+            return {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
+
+        return received
+
+    def sending(self, send: Send) -> Send:
+        async def sent(message: Message) -> None:
+            async with self._sending:
+                if self.said is not None:
+                    raise WebSocketClosed(f"WebSocket closed: {self.said.reason}")
+                if message["type"] in ("websocket.close", "websocket.http.response.start"):
+                    self._over = True
+                await send(message)
+
+        return sent
+
+
+def _ended_by_close(error: Exception) -> bool:
+    """Whether an app's error is its socket's close showing: a send refused (an `OSError`, as
+    ASGI has it), or a framework's disconnect (Starlette's `WebSocketDisconnect`)."""
+    return isinstance(error, OSError) or type(error).__name__ == "WebSocketDisconnect"
 
 
 def header_values(scope: Scope, name: bytes) -> list[str]:

@@ -384,10 +384,17 @@ def _seconds(value: object) -> float | None:
 
 
 def _wind_down(message: dict[str, Any]) -> Message | None:
-    """A heartbeat answer's message, if it is a wind-down this worker can read."""
+    """A heartbeat answer's message, if it is a wind-down this worker can read. `moved`
+    (added with moves; absent from older nodes) is true only when it is `true`."""
     ns, id, deadline = message.get("ns"), message.get("id"), message.get("deadline")
     if message.get("type") != "wind_down" or not isinstance(ns, str) or not isinstance(id, str):
         return None
     if deadline is not None and _seconds(deadline) is None:
         return None
-    return Message(msg_id=message["msgId"], ns=ns, id=id, deadline=_seconds(deadline))
+    return Message(
+        msg_id=message["msgId"],
+        ns=ns,
+        id=id,
+        deadline=_seconds(deadline),
+        moved=message.get("moved") is True,
+    )

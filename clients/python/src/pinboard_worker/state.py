@@ -1,6 +1,7 @@
 """What the worker's parts share on its event loop: its identity (secret, advertise URL), the
 state the registry protocol moves (session, lease, challenges, flags, the control messages
-received) and the instances it holds (`HeldMap`).
+received), the instances it holds (`HeldMap`) and the goodbyes of their open WebSockets
+(`Goodbyes`).
 
 The lease is reckoned on `time.monotonic()` from when the renewing call was *sent*, so it ends
 before the registry's view of it does.
@@ -13,6 +14,7 @@ import time
 from collections import deque
 
 from .config import Config
+from .goodbye import Goodbyes
 from .held import Admission, Gate, HeldMap
 from .types import Message, Status
 
@@ -44,6 +46,8 @@ class State:
         self.stopping = False
         """Set when a graceful stop begins: no new activations from then on."""
         self.messages: deque[Message] = deque(maxlen=MESSAGES_KEPT)
+        self.goodbyes = Goodbyes()
+        """The goodbyes of the instances' open WebSockets."""
 
     def next_challenge(self) -> tuple[str, str]:
         """A fresh challenge for the next registry call, which becomes the current one."""
@@ -69,7 +73,11 @@ class State:
 
     def admit(self, ns: str, id: str, epoch: str) -> Admission:
         now = time.monotonic()
-        return self.held.admit(ns, id, epoch, now, self.gate(now))
+        admission = self.held.admit(ns, id, epoch, now, self.gate(now))
+        if admission is Admission.ACTIVATED:
+            # A newer epoch here: the older one's WebSockets are over.
+            self.goodbyes.newer_epoch(ns, id, epoch)
+        return admission
 
     def status(self) -> Status:
         return Status(

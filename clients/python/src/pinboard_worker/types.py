@@ -50,6 +50,9 @@ class Message:
     id: str
     deadline: float | None
     """Seconds left to wind the instance down; `None` revokes an earlier wind-down."""
+    moved: bool = False
+    """A move (`"moved": true`): the instance goes on on another worker. Its WebSockets are
+    closed with the reason `moved`."""
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,7 @@ class Worker:
         epoch = self._state.held.forget(ns, id, time.monotonic())
         if epoch is None:
             raise NotHeld(ns, id)
+        self._state.goodbyes.instance_ended(ns, id)
         rows = [{"sessionId": self._session(), "namespace": ns, "id": id, "epoch": epoch}]
         answer = await self._call("release", rows)
         released = answer.get("released")
@@ -251,6 +252,14 @@ class Worker:
 
         if isinstance(event, Registered):
             self._registered.set()
+        # What the event ends, the open WebSockets are told first: at once, or once a
+        # wind-down's deadline passed.
+        goodbyes = self._state.goodbyes
+        deadline = goodbyes.on_event(event, self._state.held)
+        if deadline is not None:
+            asyncio.get_running_loop().call_later(
+                deadline.after, goodbyes.deadline_reached, deadline
+            )
         self._events.put_nowait(event)
 
     async def _run(self, registry: Registry) -> None:
@@ -264,9 +273,12 @@ class Worker:
             await self._stop.wait()
             if self._graceful:
                 await control.leave()
+                # Everything held was released: every WebSocket's epoch ended here.
+                self._state.goodbyes.all_ended()
         except CredentialRefused as refused:
             # Nothing to release or deregister: those calls would be refused too.
             self._refused = refused
+            self._state.goodbyes.all_ended()
         except Exception:
             log.exception("pinboard_worker control task failed")
         finally:
