@@ -101,14 +101,15 @@ async function openInstance(ns, id) {
     setText(byId("instance-error"), said(e));
     return;
   }
-  showHistory(ns, id);
+  showHistory(ns, id, shown.env);
 }
 
-// The ownership ledger, where the node has one: shown only on a 200.
-async function showHistory(ns, id) {
+// The ownership ledger, where the node has one: shown only on a 200. In hostname-aware mode
+// the history is asked for in the row's env.
+async function showHistory(ns, id, env) {
   let history;
   try {
-    history = await get("history", { ns, id });
+    history = await get("history", { ns, id, env });
   } catch {
     return;
   }

@@ -11,9 +11,10 @@
 --
 -- KEYS[1]        the bucket's worker copies   KEYS[2] the bucket's liveness entries
 -- KEYS[3]        the bucket's membership entries (sessionId → JSON [{hostname}{ns}, ...])
--- KEYS[4..n+3]   namespace lists, named (as {hostname}{ns}) by ARGV[9] in the same order: the
+-- KEYS[4]        the bucket's ownership ledger  KEYS[5] the ledger's newest entry of each id
+-- KEYS[6..n+5]   namespace lists, named (as {hostname}{ns}) by ARGV[9] in the same order: the
 --                lists joined by this call, and those of every copy the caller read it may drop
--- KEYS[n+4..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
+-- KEYS[n+6..]    placements hashes of the ids held (reclaim), indexed by ARGV[8]
 --
 -- ARGV[1]  'put' (register), 'renew' (heartbeat), 'join' (a further page of lists), 'reclaim'
 --          (a further page of held ids), 'drop', or 'prune' (the mirror poll: only the prune,
@@ -23,13 +24,15 @@
 -- ARGV[5]  'prune' to delete copies dead for more than a lease (register, mirror), '' otherwise
 -- ARGV[6]  session this registration replaces, or ''
 -- ARGV[7]  prevSessionId whose rows to reclaim, or ''
--- ARGV[8]  JSON [[index into KEYS of its placements hash, ns, id], ...]: ids still held here
+-- ARGV[8]  JSON [[index into KEYS of its placements hash, env, ns, id], ...]: ids still held here
 -- ARGV[9]  JSON [{hostname}{ns}, ...]: the names of KEYS[4..n+3]
 -- ARGV[10] 'put' and 'renew': the copy's membership entry (JSON, every list it is a member of)
 -- ARGV[11] 'put', 'renew' and 'join': JSON [{hostname}{ns}, ...], the lists to join now
+-- ARGV[12] the ledger's cap (ledger.max_entries_per_bucket; '' for the ledger off)
 --
 -- Every copy written also writes its liveness entry ('{expiry} {hostname}'), which a steady
--- resolve reads instead of decoding the copy; every copy dropped or pruned loses it.
+-- resolve reads instead of decoding the copy; every copy dropped or pruned loses it. Every row
+-- reclaimed is appended to the ledger ('reclaimed', from the previous session to this one).
 --
 -- A drop leaves a tombstone ({expiry = now, dropped = true}) that no list names, pruned like any
 -- copy dead for a lease: a heartbeat that raced the drop finds it and writes nothing back. A
@@ -47,7 +50,7 @@ local now = now_ms()
 
 local lists = {}
 for i, name in ipairs(cjson.decode(ARGV[9])) do
-  lists[name] = KEYS[i + 3]
+  lists[name] = KEYS[i + 5]
 end
 -- The keys of `names`, or nil when one of them was not declared.
 local function keys_of(names)
@@ -107,7 +110,7 @@ end
 local function reclaim(prev)
   local duplicates, wind_downs = {}, {}
   for _, held in ipairs(cjson.decode(ARGV[8])) do
-    local placements, ns, id = KEYS[held[1]], held[2], held[3]
+    local placements, env, ns, id = KEYS[held[1]], held[2], held[3], held[4]
     local row = redis.call('HGET', placements, id)
     local claimed = false
     if row and prev ~= '' then
@@ -115,6 +118,8 @@ local function reclaim(prev)
       if row.sessionId == prev then
         row.sessionId = sid
         redis.call('HSET', placements, id, cjson.encode(row))
+        ledger_append({KEYS[4], KEYS[5], ARGV[12]}, env, ns, id, row.epoch or '', prev, sid,
+          'reclaimed')
         claimed = true
         if row.expiry then
           wind_downs[#wind_downs + 1] = {ns, id, row.expiry}

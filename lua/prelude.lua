@@ -71,6 +71,49 @@ local function owner_of(alive, workers, sid, with_hostname)
   end
 end
 
+-- The field of (env, ns, id) in a bucket's `ledger:last` hash: NUL between the three, which
+-- no env, namespace or id holds (src/store/keys.rs).
+local function ledger_field(env, ns, id)
+  return env .. '\0' .. ns .. '\0' .. id
+end
+
+-- The ownership ledger (src/store/README.md): appends one entry for a change of the owner or
+-- the fence of (env, ns, id) to the bucket's stream, capped near `max` entries
+-- (`XADD … MAXLEN ~`), and points the id's field of the bucket's `last` hash at it. Each entry
+-- names the id's entry before it (`prev`), so one id's history is a chain walked from `last`,
+-- never a scan of the stream. Its time is the stream ID's: Redis's clock, as `now_ms`, kept
+-- monotonic by XADD. `ledger` is {stream, last, max}; `max` '' is the ledger off: nothing is
+-- written. `from` and `to` are session ids ('' for none), `extra` nil or a list of further
+-- field-value pairs (`by`: an operator's sub; `fence`: the wind-down expiry ms set, '' for
+-- one cleared).
+local function ledger_append(ledger, env, ns, id, epoch, from, to, reason, extra)
+  if ledger[3] == '' then
+    return
+  end
+  local field = ledger_field(env, ns, id)
+  -- The entry's field names in double quotes: single-quoted, `epoch` would read as a key's
+  -- name to src/store/scripts.rs's check that no script spells one.
+  local entry = {'XADD', ledger[1], 'MAXLEN', '~', ledger[3], '*',
+    "env", env, "ns", ns, "id", id, "epoch", epoch_digits(epoch), "reason", reason}
+  if from ~= '' then
+    entry[#entry + 1] = "from"
+    entry[#entry + 1] = from
+  end
+  if to ~= '' then
+    entry[#entry + 1] = "to"
+    entry[#entry + 1] = to
+  end
+  local prev = redis.call('HGET', ledger[2], field)
+  if prev then
+    entry[#entry + 1] = "prev"
+    entry[#entry + 1] = prev
+  end
+  for _, value in ipairs(extra or {}) do
+    entry[#entry + 1] = value
+  end
+  redis.call('HSET', ledger[2], field, redis.call(unpack(entry)))
+end
+
 -- The registry's prune (spec: "pruned once expiry + lease < now, together with bindings
 -- without a live worker"): deletes the session records dead for more than a lease (and their
 -- client's pointer to them), then every host and env binding no live session uses and none of

@@ -6,6 +6,7 @@
 -- KEYS[3]  the overwritten hash of (env, ns)    KEYS[4] the namespace list of {hostname}{ns}
 -- KEYS[5]  the bucket's boot_time               KEYS[6] the bucket's epoch counter
 -- KEYS[7]  the bucket's liveness entries (sessionId → '{expiry} {hostname}': hostnames hold no space)
+-- KEYS[8]  the bucket's ownership ledger      KEYS[9] the ledger's newest entry of each id
 --
 -- ARGV[1]  id             ARGV[2] hostname of the request ('' in single mode)
 -- ARGV[3]  what only the slower paths read, newline-separated (no field can hold a newline:
@@ -22,7 +23,9 @@
 --            ms until the client may make a new placement ('0': now;
 --            limits.new_placements_per_ip_per_s, counted by the node),
 --            most rows the placements hash may hold ('' for no limit;
---            placement.max_rows_per_namespace)
+--            placement.max_rows_per_namespace),
+--            the ledger's cap (ledger.max_entries_per_bucket; '' for the ledger off),
+--            env, namespace (what a ledger entry names)
 --
 -- Returns, so that the hot path parses no JSON:
 --   an existing row's live owner: one string 'sessionId epoch overwritten' (overwritten '1'
@@ -36,6 +39,11 @@
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
 --   {'rate-limited', ms until the client may place} | {'namespace-full'}: a new placement
 --   refused, nothing written
+--
+-- A new placement, and a takeover's fence, are appended to the ownership ledger (the
+-- prelude's helper) in the same call: 'placed' (no row, or a live owner's row past its
+-- wind-down fence), 're-placed-dead-owner', 'woken' (the durability sweep's placeholder),
+-- 'takeover'. A steady request writes nothing.
 local placements, workers, overwritten, list, boot_key, epoch_key, alive =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
@@ -46,17 +54,18 @@ local now = now_ms()
 -- Nothing else is made or read on the way to that answer: what the other paths need (ARGV[3]'s
 -- fields, the prelude's epoch helpers) comes after it.
 local raw = redis.call('HGET', placements, id)
-local old, contested
+local old, owned, owner_live, contested
 if raw then
   old = cjson.decode(raw)
-  local owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
+  owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
   -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
   -- without one (written before liveness entries existed) is read as before.
   local owner_expiry, owner_hostname
   if owned then
     owner_expiry, owner_hostname = owner_of(alive, workers, old.sessionId, hostname ~= '')
   end
-  if owner_expiry and owner_expiry > now and not (old.expiry and old.expiry <= now) then
+  owner_live = owner_expiry and owner_expiry > now
+  if owner_live and not (old.expiry and old.expiry <= now) then
     if hostname == '' or owner_hostname == hostname then
       return old.sessionId .. ' ' .. (old.epoch or '') .. ' '
         .. redis.call('HEXISTS', overwritten, id)
@@ -79,6 +88,11 @@ local function arg(i)
   return slow[i]
 end
 
+-- The ledger's keys and cap, and what its entries name.
+local function ledger_entry(epoch, from, to, reason, extra)
+  ledger_append({KEYS[8], KEYS[9], arg(13)}, arg(14), arg(15), id, epoch, from, to, reason, extra)
+end
+
 if contested then
   if arg(9) == 'deny' then
     return {'takeover-denied'}
@@ -86,6 +100,8 @@ if contested then
   if not old.expiry then
     old.expiry = now + tonumber(arg(1))
     redis.call('HSET', placements, id, cjson.encode(old))
+    ledger_entry(old.epoch or '', old.sessionId, old.sessionId, 'takeover',
+      {'fence', string.format('%d', old.expiry)})
   end
   return {'takeover-pending', tostring(old.expiry - now)}
 end
@@ -193,8 +209,7 @@ local previous = (old and old.epoch and old.epoch ~= '') and old.epoch or '0'
 local epoch = epoch_max(string.format('%d', now), epoch_max(epoch_next(previous), epoch_next(last)))
 redis.call('SET', epoch_key, epoch)
 -- A placeholder never had an owner to fence off: nothing to list.
-local displaced = old and type(old.sessionId) == 'string' and old.sessionId ~= ''
-if displaced then
+if owned then
   redis.call('HSET', overwritten, id, old.epoch or '')
 end
 local rec = cjson.decode(redis.call('HGET', workers, chosen.sid))
@@ -211,5 +226,14 @@ if old and old.expiry and old.expiry > now then
   fence = string.format('%d', old.expiry)
 end
 redis.call('HSET', placements, id, cjson.encode(row))
-return {'placed', chosen.sid, row.epoch, displaced and '1' or '0', fence,
+-- A placeholder (sessionId '') is the durability sweep's: the id is woken. A live owner's
+-- row replaced here is past its wind-down fence.
+local reason = 'placed'
+if old and not owned then
+  reason = 'woken'
+elseif owned and not owner_live then
+  reason = 're-placed-dead-owner'
+end
+ledger_entry(epoch, owned and old.sessionId or '', chosen.sid, reason)
+return {'placed', chosen.sid, row.epoch, owned and '1' or '0', fence,
   chosen.advertiseUrl, chosen.secret}

@@ -239,6 +239,7 @@ impl Core {
             redis,
             Keys::new(config.prefix.clone(), config.shards),
             config.lease_ttl_ms,
+            config.ledger.cap(),
         );
         let upstreams = Upstreams::new(
             config.forwards.max_inflight,

@@ -29,7 +29,8 @@ use crate::{operator, proxy, registry};
 
 /// The scope a worker's credential carries: the worker protocol routes.
 pub const WORKER_SCOPE: &str = "pinboard:worker";
-/// The scope an operator's credential carries: health, views, drains, wind-downs, metrics.
+/// The scope an operator's credential carries: health, views, histories, drains, wind-downs,
+/// metrics.
 pub const OPERATOR_SCOPE: &str = "pinboard:operator";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -40,6 +41,7 @@ enum Name {
     RegistryHealth,
     Workers,
     Overview,
+    History,
     Stats,
     Register,
     Heartbeat,
@@ -97,7 +99,7 @@ const fn route(path: &'static str, scope: &'static str, method: Takes, name: Nam
 const FORWARDED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH";
 
 /// Every route the node answers itself.
-const ROUTES: [Route; 16] = [
+const ROUTES: [Route; 17] = [
     Route {
         path: "/healthz",
         mount: Mount::Root,
@@ -143,6 +145,12 @@ const ROUTES: [Route; 16] = [
         OPERATOR_SCOPE,
         Takes::Get,
         Name::Overview,
+    ),
+    route(
+        "/registry/history",
+        OPERATOR_SCOPE,
+        Takes::Get,
+        Name::History,
     ),
     route("/registry/stats", OPERATOR_SCOPE, Takes::Get, Name::Stats),
     route(
@@ -471,6 +479,7 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Name::RegistryHealth => operator::registry_health(core).await,
         Name::Workers => operator::workers(core, credential).await,
         Name::Overview => operator::overview(core, req, credential).await,
+        Name::History => operator::history(core, req, credential).await,
         Name::Stats => operator::stats(core, credential).await,
         Name::Register => registry::register(core, req, credential, &mut act).await,
         Name::Heartbeat => registry::heartbeat(core, req, credential).await,

@@ -645,3 +645,69 @@ fn a_registration_while_a_master_is_down_writes_nothing_and_the_retry_reclaims()
         "only the ids whose rows died with the master are evicted"
     );
 }
+
+/// The ownership ledger on a cluster: each bucket's stream and index live in the bucket's own
+/// slot, so the scripts that append (here: placements on every master, a release, an
+/// operator's wind-down) and the history's reads touch one slot each.
+#[test]
+fn the_ledger_and_its_history_on_a_cluster() {
+    let keys = support::keys(16);
+    let cluster = RedisCluster::start();
+    let (node, _worker) = warm_node(&cluster, "60000", &[], "ledger-secret");
+    let cli = |args: &[&str]| cluster_cli(&cluster, args);
+    for b in 0..16 {
+        let slot = cluster.slot_of(&keys.bucket(b).workers);
+        assert_eq!(cluster.slot_of(&keys.bucket(b).ledger), slot, "bucket {b}");
+        assert_eq!(
+            cluster.slot_of(&keys.bucket(b).ledger_last),
+            slot,
+            "bucket {b}"
+        );
+    }
+    assert!(support::cluster::all_forward(&node), "{}", node.log());
+    let ops = support::node::token("ops", &["pinboard:operator"], &["*"]);
+    let history = |id: &str| {
+        let path = format!("/registry/history?ns=/threads&id={id}");
+        let r = get(node.addr, &path, Some(&ops));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["entries"].as_array().unwrap().clone()
+    };
+    let reasons = |id: &str| -> Vec<String> {
+        history(id)
+            .iter()
+            .map(|e| e["reason"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Every id placed once, on every master.
+    let session = history("id-0")[0]["to"].as_str().unwrap().to_owned();
+    for i in 0..24 {
+        assert_eq!(reasons(&format!("id-{i}")), ["placed"], "id-{i}");
+    }
+    let total: u64 = (0..16)
+        .map(|b| {
+            cli(&["XLEN", &keys.bucket(b).ledger])
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(total, 24, "one entry per placement, whichever master");
+
+    // The worker gives id-3 back at the epoch its entry names; an operator fences id-5.
+    let epoch = &history("id-3")[0]["epoch"];
+    let release =
+        json!([{"sessionId": session, "namespace": "/threads", "id": "id-3", "epoch": epoch}]);
+    let (path, body) = ("/registry/release", release.to_string());
+    let r = post_json(node.addr, path, Some(&node.worker_token("acct")), &body);
+    assert_eq!(r.json(), json!({"released": 1}));
+    let wind = json!({"namespace": "/threads", "id": "id-5", "deadline": 30});
+    let r = post_json(
+        node.addr,
+        "/registry/wind_down",
+        Some(&ops),
+        &wind.to_string(),
+    );
+    assert_eq!(r.json(), json!({"queued": true}));
+    assert_eq!(reasons("id-3"), ["released", "placed"]);
+    assert_eq!(reasons("id-5"), ["wind-down", "placed"]);
+    assert_eq!(history("id-5")[0]["by"], "ops");
+}

@@ -201,7 +201,7 @@ fn the_metrics_listener_serves_the_console_and_the_operator_routes_only() {
     let workers = get(addr, "/registry/workers", Some(&ops));
     assert_eq!(workers.status, 200, "{}", workers.text());
     assert_eq!(workers.json()["workers"][0]["sessionId"], session);
-    for route in ["health", "overview", "stats"] {
+    for route in ["health", "overview", "stats", "history?ns=/threads&id=a1"] {
         let r = get(addr, &format!("/registry/{route}"), Some(&ops));
         assert_eq!(r.status, 200, "{route}: {}", r.text());
     }
@@ -249,7 +249,7 @@ fn the_metrics_listener_serves_the_console_and_the_operator_routes_only() {
         &heartbeat.to_string(),
     );
     assert_eq!((r.status, r.json()), (404, json!({"error": "not found"})));
-    assert_eq!(get(addr, "/registry/history", Some(&ops)).status, 404);
+    assert_eq!(get(addr, "/registry/nope", Some(&ops)).status, 404);
     for path in ["/threads/a1/x", "/docs/d1"] {
         let r = get(addr, path, None);
         assert_eq!(

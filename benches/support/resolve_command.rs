@@ -1,9 +1,9 @@
 //! The resolve EVALSHA's keys and arguments as `placement::resolve` sends them for a steady
-//! request (`KEYS` 7, `ARGV` 3): one fixture for the encoding bench (`benches/resp_encode.rs`)
+//! request (`KEYS` 9, `ARGV` 3): one fixture for the encoding bench (`benches/resp_encode.rs`)
 //! and the allocation test (`tests/alloc.rs`), which are separate crates.
 
 /// The keys, named by the store as the node names them (bucket 7 of 16, `/threads`).
-pub fn keys() -> [String; 7] {
+pub fn keys() -> [String; 9] {
     let keys = pinboard::store::Keys::new("pinboard:", 16);
     let fixed = keys.bucket(7);
     [
@@ -14,11 +14,13 @@ pub fn keys() -> [String; 7] {
         fixed.boot_time.clone(),
         fixed.epoch.clone(),
         fixed.alive.clone(),
+        fixed.ledger.clone(),
+        fixed.ledger_last.clone(),
     ]
 }
 
 pub const ARGS: [&[u8]; 3] = [
     b"abc123",
     b"",
-    b"15000\n2\n\n\n\n[]\n2715383210\n1039870455\n\n0",
+    b"15000\n2\n\n\n\n[]\n2715383210\n1039870455\n\n0\n0\n\n100000\ndefault\n/threads",
 ];

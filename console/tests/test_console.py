@@ -129,8 +129,13 @@ def test_find_an_instance_by_prefix_and_open_its_row(
         owner["sessionId"]
     )
     expect(fields.locator("[data-field='wind-down deadline']")).to_have_text("none")
-    # No ownership ledger on this node: no history section.
-    expect(page.locator("#instance-history")).to_be_hidden()
+    # Its ownership history: the one placement, to its owner.
+    history = page.locator("#instance-history")
+    expect(history).to_be_visible()
+    entries = history.locator("tbody tr")
+    expect(entries).to_have_count(1)
+    expect(entries.first.locator("td").nth(3)).to_have_text(owner["sessionId"])
+    expect(entries.first.locator("td").nth(4)).to_have_text("placed")
     no_page_errors(console)
 
 

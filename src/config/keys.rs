@@ -114,6 +114,9 @@ pub(super) const KEYS: &[Key] = &[
     key!(limits.max_connections_per_ip: u64 = whole(0, 10_000_000)),
     key!(limits.new_placements_per_ip_per_s: u64 = whole(0, 1_000_000)),
     key!(placement.max_rows_per_namespace: Option<u64> = optional(whole(1, 1_000_000_000))),
+    key!(ledger.enabled: bool = flag),
+    // At least 100: `XADD … MAXLEN ~` trims a whole node of the stream (100 entries) at a time.
+    key!(ledger.max_entries_per_bucket: u64 = whole(100, 100_000_000)),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

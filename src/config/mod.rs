@@ -131,6 +131,8 @@ pub struct Config {
     pub limits: ClientLimits,
     /// Bounds on placement rows.
     pub placement: PlacementLimits,
+    /// The ownership ledger: every change of an instance's owner or fence, kept per bucket.
+    pub ledger: LedgerSettings,
 }
 
 /// What one client may hold or make (`src/limits/`).
@@ -151,6 +153,34 @@ pub struct PlacementLimits {
     /// Rows an (env, namespace) may hold, 1–1000000000, before a new placement there answers
     /// 503. Default unset: no limit.
     pub max_rows_per_namespace: Option<u64>,
+}
+
+/// The ownership ledger (`src/store/README.md`): a capped stream per bucket that every script
+/// changing an owner or a fence appends to, read by `GET /registry/history`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerSettings {
+    /// Whether those scripts append. Default true; false writes nothing (what is kept stays
+    /// readable).
+    pub enabled: bool,
+    /// Entries one bucket's stream keeps, about (`XADD … MAXLEN ~`: trimmed a node of 100
+    /// entries at a time), 100–100000000. Default 100000.
+    pub max_entries_per_bucket: u64,
+}
+
+impl Default for LedgerSettings {
+    fn default() -> Self {
+        LedgerSettings {
+            enabled: true,
+            max_entries_per_bucket: 100_000,
+        }
+    }
+}
+
+impl LedgerSettings {
+    /// The cap the scripts are given, `None` with the ledger off.
+    pub fn cap(&self) -> Option<u64> {
+        self.enabled.then_some(self.max_entries_per_bucket)
+    }
 }
 
 /// The listener's certificate chain and private key (PEM), both or neither. `SIGHUP` reads
@@ -401,6 +431,7 @@ impl Default for Config {
                 new_placements_per_ip_per_s: 200,
             },
             placement: PlacementLimits::default(),
+            ledger: LedgerSettings::default(),
         }
     }
 }
@@ -670,6 +701,8 @@ restart_only!(
     forwards.upstream_idle_timeout_ms,
     tls.cert_file,
     tls.key_file,
+    ledger.enabled,
+    ledger.max_entries_per_bucket,
 );
 
 /// The text of the configuration file at `path`, if one is given: read at start and by each
@@ -851,6 +884,10 @@ new_placements_per_ip_per_s = 0
 
 [placement]
 max_rows_per_namespace = 5000
+
+[ledger]
+enabled = false
+max_entries_per_bucket = 500
 "#;
 
     fn full() -> Config {
@@ -928,6 +965,10 @@ max_rows_per_namespace = 5000
             },
             placement: PlacementLimits {
                 max_rows_per_namespace: Some(5_000),
+            },
+            ledger: LedgerSettings {
+                enabled: false,
+                max_entries_per_bucket: 500,
             },
         }
     }
@@ -1064,6 +1105,8 @@ max_rows_per_namespace = 5000
             ("PINBOARD_LIMITS__MAX_CONNECTIONS_PER_IP", "50"),
             ("PINBOARD_LIMITS__NEW_PLACEMENTS_PER_IP_PER_S", "0"),
             ("PINBOARD_PLACEMENT__MAX_ROWS_PER_NAMESPACE", "5000"),
+            ("PINBOARD_LEDGER__ENABLED", "false"),
+            ("PINBOARD_LEDGER__MAX_ENTRIES_PER_BUCKET", "500"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
@@ -1130,6 +1173,18 @@ max_rows_per_namespace = 5000
                 &[],
                 "placement.max_rows_per_namespace",
                 "from 1 to 1000000000, got 0",
+            ),
+            (
+                "[ledger]\nmax_entries_per_bucket = 99",
+                &[],
+                "ledger.max_entries_per_bucket",
+                "from 100 to 100000000, got 99",
+            ),
+            (
+                "",
+                &[("PINBOARD_LEDGER__ENABLED", "off")],
+                "ledger.enabled",
+                "PINBOARD_LEDGER__ENABLED",
             ),
             ("threads = -1", &[], "threads", "got -1"),
             ("threads = 1.5", &[], "threads", "got 1.5"),

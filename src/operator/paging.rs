@@ -80,6 +80,18 @@ impl Cursor {
     }
 }
 
+/// A page's `limit` (percent-decoded): [`DEFAULT_LIMIT`] when absent, or the 400's message.
+pub fn page_limit(limit: Option<&str>) -> Result<usize, &'static str> {
+    match limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(text) => text
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or("invalid limit: expected a whole number from 1 to 1000"),
+    }
+}
+
 /// What a paged or exact overview asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Ask {
@@ -117,14 +129,7 @@ impl Ask {
         if limit.is_none() && cursor.is_none() {
             return Ok(None);
         }
-        let limit = match limit {
-            None => DEFAULT_LIMIT,
-            Some(text) => text
-                .parse()
-                .ok()
-                .filter(|n| (1..=MAX_LIMIT).contains(n))
-                .ok_or("invalid limit: expected a whole number from 1 to 1000")?,
-        };
+        let limit = page_limit(limit)?;
         let cursor = match cursor {
             None => None,
             Some(text) => {

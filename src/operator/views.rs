@@ -189,7 +189,7 @@ pub struct OverviewFilter<'q> {
 
 /// A query value with `%XX` escapes (and `+` for space) decoded; an invalid escape stays as
 /// written.
-fn decode(value: &str) -> Cow<'_, str> {
+pub(super) fn decode(value: &str) -> Cow<'_, str> {
     if !value.contains(['%', '+']) {
         return Cow::Borrowed(value);
     }

@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashSet};
 
 use http::StatusCode;
 use serde::Deserialize;
-use serde_json::Value;
 use tracing::info;
 
 use crate::answers::{self, Act, BODY_LIMIT, Handled};
@@ -21,8 +20,7 @@ use crate::http::{Request, Response, read_json};
 use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::store::scripts::WIND_DOWN;
-use crate::store::{PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, bucket_of};
+use crate::store::{PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, Stamped, bucket_of};
 
 const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
 
@@ -66,29 +64,15 @@ pub async fn wind_down(
     if body.id.as_deref().is_some_and(|id| !valid_id(id)) {
         return Ok(answers::bad_request("invalid instance id"));
     }
-    let env = match (core.shared.config.hostname_aware, &body.env) {
-        (true, None) => {
-            return Ok(answers::bad_request(
-                "env is required in hostname-aware mode",
-            ));
-        }
-        (false, Some(_)) => return Ok(answers::bad_request("env requires hostname-aware mode")),
-        (true, Some(env)) => env.to_lowercase(),
-        (false, None) => SINGLE_ENV.to_owned(),
+    let hostname_aware = core.shared.config.hostname_aware;
+    let env = match env_asked(hostname_aware, body.env.as_deref()) {
+        Ok(env) => env,
+        Err(refusal) => return Ok(refusal),
     };
-    let Ok(claim) = credential.route_claim() else {
-        return Ok(answers::forbidden_because("forbidden"));
+    let claim = match claim_over(credential, hostname_aware, ns, &env) {
+        Ok(claim) => claim,
+        Err(refusal) => return Ok(refusal),
     };
-    if !claim.allows_namespace(ns) {
-        return Ok(answers::forbidden_because(&format!(
-            "namespace not allowed: {ns}"
-        )));
-    }
-    if core.shared.config.hostname_aware && !claim.allows_env(&env) {
-        return Ok(answers::forbidden_because(&format!(
-            "env not allowed: {env}"
-        )));
-    }
 
     // Read the rows a page at a time, judge each on its owner (or, with the owner gone, on the
     // row's hostname), then stamp those of the page still as read, and tell their owners.
@@ -97,6 +81,7 @@ pub async fn wind_down(
         env: &env,
         ns,
         deadline: body.deadline.map(|d| d.to_string()).unwrap_or_default(),
+        by: credential.sub.as_deref().unwrap_or_default(),
         owners: BTreeMap::new(),
         queued: 0,
     };
@@ -159,6 +144,43 @@ pub async fn wind_down(
     Ok(Response::json_value(StatusCode::OK, &answer))
 }
 
+/// The env an operator act on (env, namespace) names: the one asked for in hostname-aware mode
+/// (lowercased), else the single mode's; or the 400 when the ask does not fit the mode.
+pub(super) fn env_asked(hostname_aware: bool, env: Option<&str>) -> Result<String, Response> {
+    match (hostname_aware, env) {
+        (true, None) => Err(answers::bad_request(
+            "env is required in hostname-aware mode",
+        )),
+        (false, Some(_)) => Err(answers::bad_request("env requires hostname-aware mode")),
+        (true, Some(env)) => Ok(env.to_lowercase()),
+        (false, None) => Ok(SINGLE_ENV.to_owned()),
+    }
+}
+
+/// The credential's claim when it covers `ns` (and, in hostname-aware mode, `env`), or the 403
+/// naming what it does not cover.
+pub(super) fn claim_over<'c>(
+    credential: &'c Credential,
+    hostname_aware: bool,
+    ns: &str,
+    env: &str,
+) -> Result<&'c RouteClaim, Response> {
+    let Ok(claim) = credential.route_claim() else {
+        return Err(answers::forbidden_because("forbidden"));
+    };
+    if !claim.allows_namespace(ns) {
+        return Err(answers::forbidden_because(&format!(
+            "namespace not allowed: {ns}"
+        )));
+    }
+    if hostname_aware && !claim.allows_env(env) {
+        return Err(answers::forbidden_because(&format!(
+            "env not allowed: {env}"
+        )));
+    }
+    Ok(claim)
+}
+
 /// A wind-down under way: the owners met so far and the messages queued.
 struct Stamp<'a> {
     core: &'a Core,
@@ -166,6 +188,8 @@ struct Stamp<'a> {
     ns: &'a str,
     /// Seconds, or `""` to clear.
     deadline: String,
+    /// The operator's `sub`, which the ledger names as the fence's author.
+    by: &'a str,
     /// Each owner's record, read once (`None`: gone).
     owners: BTreeMap<String, Option<Session>>,
     queued: usize,
@@ -189,29 +213,23 @@ impl Stamp<'_> {
     /// and queues a message to each stamped row's owner.
     async fn rows(&mut self, bucket: u32, rows: &[Row]) -> Result<(), Error> {
         let store = &self.core.store;
-        let placements = store.keys.placements(bucket, self.env, self.ns);
         for batch in rows.chunks(SCRIPT_PAGE) {
-            let mut args: Vec<&[u8]> = vec![self.deadline.as_bytes(), store.lease().as_bytes()];
-            for row in batch {
-                args.extend([
-                    row.id.as_bytes(),
-                    row.session_id.as_bytes(),
-                    row.epoch.as_bytes(),
-                ]);
-            }
-            let stamped: Vec<(String, String, Value)> = store
-                .run(&WIND_DOWN, &[placements.as_bytes()], &args)
+            let read: Vec<(&str, &str, &str)> = batch
+                .iter()
+                .map(|row| (row.id.as_str(), row.session_id.as_str(), row.epoch.as_str()))
+                .collect();
+            let stamped = store
+                .wind_down(bucket, self.env, self.ns, &self.deadline, self.by, &read)
                 .await?;
             let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> =
                 BTreeMap::new();
-            for (id, session, expiry) in stamped {
+            for Stamped(id, session, expiry) in stamped {
                 // A fence whose owner is gone waits for the replacement owner.
                 if self.owner(&session).is_some() {
-                    messages.entry(session).or_default().push((
-                        self.ns.to_owned(),
-                        id,
-                        expiry.as_u64(),
-                    ));
+                    messages
+                        .entry(session)
+                        .or_default()
+                        .push((self.ns.to_owned(), id, expiry));
                 }
             }
             for (session, list) in &messages {

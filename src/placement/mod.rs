@@ -17,8 +17,8 @@ use crate::http::Response;
 use smallvec::SmallVec;
 
 use crate::redis::{Reply, Text};
-use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RELEASE, RESOLVE};
-use crate::store::{Store, bucket_of};
+use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RESOLVE};
+use crate::store::{Release, Store, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,7 +214,7 @@ pub async fn resolve(
 ) -> Result<Outcome, Error> {
     let bucket = bucket_of(req.id, store.keys.shards());
     // What only the slower paths of the script read, in one newline-separated argument (see
-    // lua/resolve.lua): a steady request sends Redis 3 arguments, not 12. Built on the stack.
+    // lua/resolve.lua): a steady request sends Redis 3 arguments, not 15. Built on the stack.
     let mut slow: SmallVec<[u8; 256]> = SmallVec::new();
     let (mut r1, mut r2, mut quarantine, mut wait) = (
         itoa::Buffer::new(),
@@ -237,6 +237,9 @@ pub async fn resolve(
         quarantine.format(req.binding_quarantine),
         wait.format(wait_ms),
         constants.max_rows.as_str(),
+        store.ledger_cap(),
+        req.env,
+        req.ns,
     ]
     .into_iter()
     .enumerate()
@@ -266,6 +269,8 @@ pub async fn resolve(
                 fixed.boot_time.as_bytes(),
                 fixed.epoch.as_bytes(),
                 fixed.alive.as_bytes(),
+                fixed.ledger.as_bytes(),
+                fixed.ledger_last.as_bytes(),
             ],
             &[req.id.as_bytes(), req.hostname.as_bytes(), &slow],
         )
@@ -357,21 +362,15 @@ pub async fn tell_inherited_wind_down(
 /// Frees a placement this node just made whose forward never reached the worker, so the
 /// client's retry places the id afresh (compare-and-delete on session and epoch).
 pub async fn release(store: &Store, req: &Request<'_>, placement: &Placement) -> Result<(), Error> {
-    let key = store
-        .keys
-        .placements(bucket_of(req.id, store.keys.shards()), req.env, req.ns);
+    let row = Release {
+        env: req.env,
+        ns: req.ns,
+        id: req.id,
+        session_id: &placement.session_id,
+        epoch: &placement.epoch,
+    };
     store
-        .redis
-        .evalsha(
-            &RELEASE,
-            &[key.as_bytes()],
-            &[
-                b"1",
-                req.id.as_bytes(),
-                placement.session_id.as_bytes(),
-                placement.epoch.as_bytes(),
-            ],
-        )
+        .release(bucket_of(req.id, store.keys.shards()), &[row])
         .await?;
     Ok(())
 }

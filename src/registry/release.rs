@@ -16,8 +16,8 @@ use crate::http::{Request, Response, read_json};
 use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
-use crate::store::scripts::{RELEASE, SCHEDULE, TAG};
-use crate::store::{KeyName, SCRIPT_PAGE, Session, Store, bucket_of};
+use crate::store::scripts::{SCHEDULE, TAG};
+use crate::store::{KeyName, Release, SCRIPT_PAGE, Session, Store, bucket_of};
 
 const RELEASE_SHAPE: &str = "[{sessionId, namespace, id, epoch?: digits | ''}] (non-empty)";
 const TAG_SHAPE: &str = "{sessionId, namespace, id, epoch: digits, tag: 1-256 chars}";
@@ -41,26 +41,24 @@ pub async fn release(core: &Core, req: &mut Request<'_>, credential: &Credential
     let quoted = rows.iter().map(|r| (&r.session_id, &r.namespace));
     let sessions = checked_sessions(core, credential, quoted).await?;
     let store = &core.store;
-    let mut batches = Batches::default();
+    // One script call per bucket (and per SCRIPT_PAGE rows).
+    let mut by_bucket: BTreeMap<u32, Vec<Release<'_>>> = BTreeMap::new();
     for row in &rows {
-        let env = sessions[row.session_id.as_str()].env_of(&row.namespace);
-        let bucket = bucket_of(&row.id, store.keys.shards());
-        batches.add(
-            bucket,
-            [store.keys.placements(bucket, env, &row.namespace)],
-            row,
-        );
+        by_bucket
+            .entry(bucket_of(&row.id, store.keys.shards()))
+            .or_default()
+            .push(Release {
+                env: sessions[row.session_id.as_str()].env_of(&row.namespace),
+                ns: &row.namespace,
+                id: &row.id,
+                session_id: &row.session_id,
+                epoch: row.epoch.as_deref().unwrap_or(""),
+            });
     }
-    let released = batches
-        .run(store, &RELEASE, |index, row| {
-            [
-                index,
-                row.id.as_bytes(),
-                row.session_id.as_bytes(),
-                row.epoch.as_deref().unwrap_or("").as_bytes(),
-            ]
-        })
-        .await?;
+    let mut released = 0;
+    for (bucket, rows) in &by_bucket {
+        released += store.release(*bucket, rows).await?;
+    }
     Ok(Response::json_value(
         StatusCode::OK,
         &ReleaseAnswer { released },

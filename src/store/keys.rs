@@ -50,6 +50,13 @@ pub struct BucketKeys {
     pub boot_time: String,
     /// The bucket's placement epoch counter.
     pub epoch: String,
+    /// Stream: the ownership ledger, one entry per change of an id's owner or fence in the
+    /// bucket (`lua/prelude.lua`'s `ledger_append`), capped near
+    /// `ledger.max_entries_per_bucket` entries.
+    pub ledger: String,
+    /// Hash: `{env}\0{ns}\0{id}` (NUL between the three, which none of them holds) → the
+    /// stream ID of that id's newest ledger entry, where the chain of its entries starts.
+    pub ledger_last: String,
 }
 
 impl Keys {
@@ -67,6 +74,8 @@ impl Keys {
                     memberships: format!("{b}memberships"),
                     boot_time: format!("{b}boot_time"),
                     epoch: format!("{b}epoch"),
+                    ledger: format!("{b}ledger"),
+                    ledger_last: format!("{b}ledger:last"),
                 })
                 .collect(),
             sessions: at("sessions"),
@@ -231,6 +240,8 @@ mod tests {
             keys.bucket(3).alive.clone(),
             keys.bucket(3).memberships.clone(),
             keys.bucket(3).boot_time.clone(),
+            keys.bucket(3).ledger.clone(),
+            keys.bucket(3).ledger_last.clone(),
         ] {
             assert_eq!(slot(&key), slot("{3}"), "{key}");
         }

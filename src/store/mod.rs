@@ -8,7 +8,9 @@
 //! the client) rather than run against half of them.
 
 mod keys;
+mod ledger;
 mod records;
+mod rows;
 pub mod scripts;
 mod sweeper;
 
@@ -23,10 +25,12 @@ use crate::error::{Error, Origin};
 use crate::redis::{Blob, Redis, Reply, Script};
 
 pub use keys::{BucketKeys, KeyName, Keys, bucket_of};
+pub use ledger::{HistoryAsk, HistoryPage, LedgerEntry, is_stream_id, stream_id_order};
 pub use records::{
     BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
     Takeover, WindDown, lua_list, lua_option,
 };
+pub use rows::{Release, Stamped};
 use scripts::{BUCKET_WORKER, CONTROL_PUSH, PRUNE, SESSION_DROP};
 pub use sweeper::{DueWake, RegisteredPair, Sweep, pair_field};
 
@@ -36,17 +40,22 @@ pub struct Store {
     pub keys: Keys,
     /// The lease TTL in ms, formatted once: most scripts take it.
     lease: String,
+    /// The ownership ledger's cap (`ledger.max_entries_per_bucket`), formatted once, or `""`
+    /// with the ledger off: what every script that appends takes.
+    ledger: String,
 }
 
 /// How often a multi-bucket write re-reads a bucket whose copies changed under it.
 const STALE_RETRIES: usize = 5;
 
 impl Store {
-    pub fn new(redis: Redis, keys: Keys, lease_ttl_ms: u64) -> Store {
+    /// `ledger_cap`: the ownership ledger's most entries per bucket, `None` with it off.
+    pub fn new(redis: Redis, keys: Keys, lease_ttl_ms: u64, ledger_cap: Option<u64>) -> Store {
         Store {
             redis,
             keys,
             lease: lease_ttl_ms.to_string(),
+            ledger: ledger_cap.map(|cap| cap.to_string()).unwrap_or_default(),
         }
     }
 
@@ -642,17 +651,23 @@ impl Store {
                 bucket.alive.as_bytes(),
                 bucket.memberships.as_bytes(),
             ];
+            declared.extend(self.ledger_keys(call.bucket));
             declared.extend(lists.iter().map(|k| k.as_bytes()));
             declared.extend(placement_keys.iter().map(|k| k.as_bytes()));
-            let first_placements = 4 + lists.len();
-            let held: Vec<(usize, &str, &str)> = call
+            // Lua's KEYS are 1-based: the placements hashes follow the 5 fixed keys and the
+            // lists.
+            let first_placements = 6 + lists.len();
+            let held: Vec<(usize, &str, &str, &str)> = call
                 .held
                 .iter()
-                .map(|(env, ns, id)| (first_placements + placements[&(*env, *ns)], *ns, *id))
+                .map(|(env, ns, id)| {
+                    let index = first_placements + placements[&(*env, *ns)];
+                    (index, *env, *ns, *id)
+                })
                 .collect();
             let held = serde_json::to_string(&held).expect("held ids serialize");
             let names = serde_json::to_string(&names).expect("list names serialize");
-            let args: [&[u8]; 11] = [
+            let args: [&[u8]; 12] = [
                 op.as_bytes(),
                 call.session_id.as_bytes(),
                 call.record.as_bytes(),
@@ -664,6 +679,7 @@ impl Store {
                 names.as_bytes(),
                 call.membership.as_bytes(),
                 joined.as_bytes(),
+                self.ledger.as_bytes(),
             ];
             let outcome: BucketOutcome = self.run(&BUCKET_WORKER, &declared, &args).await?;
             if !outcome.stale {
@@ -931,6 +947,7 @@ mod tests {
             ":placements",
             ":overwritten",
             ":wake",
+            "}ledger",
         ];
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut stack = vec![

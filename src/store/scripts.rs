@@ -8,7 +8,7 @@ use crate::redis::Script;
 
 /// Every script, by name: a script's index here is what its Redis duration series is kept
 /// under (`pinboard_redis_duration_seconds{script}`).
-pub const NAMES: [&str; 21] = [
+pub const NAMES: [&str; 23] = [
     "ready",
     "register",
     "heartbeat",
@@ -30,6 +30,8 @@ pub const NAMES: [&str; 21] = [
     "sweeper",
     "sweep_rows",
     "forget_namespace",
+    "history",
+    "ledger_prune",
 ];
 
 /// The position of `name` in [`NAMES`]; a name missing there fails the build.
@@ -195,9 +197,13 @@ pub static SWEEPER: LazyLock<Script> = script!("sweeper");
 pub static SWEEP_ROWS: LazyLock<Script> = script!("sweep_rows");
 /// The sweeper forgets an (env, namespace) pair that holds nothing, unless registered since.
 pub static FORGET_NAMESPACE: LazyLock<Script> = script!("forget_namespace");
+/// One page of an id's ownership ledger, by its chain (`GET /registry/history`).
+pub static HISTORY: LazyLock<Script> = script!("history");
+/// The sweeper prunes `ledger:last` fields whose entry the stream's cap trimmed.
+pub static LEDGER_PRUNE: LazyLock<Script> = script!("ledger_prune");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 21] = [
+pub static ALL: [&LazyLock<Script>; 23] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -219,6 +225,8 @@ pub static ALL: [&LazyLock<Script>; 21] = [
     &FORGET_NAMESPACE,
     &WAKE_DUE,
     &WAKE_DONE,
+    &HISTORY,
+    &LEDGER_PRUNE,
 ];
 
 #[cfg(test)]
@@ -237,6 +245,8 @@ mod tests {
                 "epoch_next",
                 "epoch_max",
                 "owner_of",
+                "ledger_field",
+                "ledger_append",
                 "prune_registry"
             ]
         );
@@ -260,7 +270,14 @@ mod tests {
         let at = |what: &str| RESOLVE.source.find(what).unwrap();
         let steady = at("redis.call('HEXISTS', overwritten, id)");
         assert!(at("local function now_ms(") < steady && at("local function owner_of(") < steady);
-        for later in ["epoch_digits", "epoch_cmp", "epoch_next", "epoch_max"] {
+        for later in [
+            "epoch_digits",
+            "epoch_cmp",
+            "epoch_next",
+            "epoch_max",
+            "ledger_field",
+            "ledger_append",
+        ] {
             assert!(at(&format!("local function {later}(")) > steady, "{later}");
         }
         assert!(at("local function epoch_digits(") < at("local function epoch_max("));
@@ -293,6 +310,8 @@ mod tests {
             "'sweeper'",
             "'namespaces'",
             ":wake'",
+            "'ledger'",
+            "'ledger:last'",
         ];
         for script in ALL {
             for needle in suffixes.iter().chain(&["pinboard:", "{r}", ".. ':'"]) {

@@ -78,12 +78,18 @@ impl Store {
             self.keys.wake(bucket, env, ns),
         );
         let copies = self.keys.bucket(bucket);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 2);
+        let [ledger, last] = self.ledger_keys(bucket);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(ids.len() + 5);
         args.push(match what {
             Sweep::DeadOwnerRows => b"rows",
             Sweep::MarkersWithoutRow => b"markers",
         });
-        args.push(self.lease.as_bytes());
+        args.extend([
+            self.lease.as_bytes(),
+            self.ledger.as_bytes(),
+            env.as_bytes(),
+            ns.as_bytes(),
+        ]);
         args.extend(ids.iter().map(|id| id.as_bytes()));
         let deleted = self
             .run_int(
@@ -94,6 +100,8 @@ impl Store {
                     wake.as_bytes(),
                     copies.alive.as_bytes(),
                     copies.workers.as_bytes(),
+                    ledger,
+                    last,
                 ],
                 &args,
             )
@@ -215,7 +223,9 @@ impl Store {
             self.keys.overwritten(bucket, env, ns),
         );
         let copies = self.keys.bucket(bucket);
-        let args: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
+        let [ledger, last] = self.ledger_keys(bucket);
+        let mut args: Vec<&[u8]> = vec![self.ledger.as_bytes(), env.as_bytes(), ns.as_bytes()];
+        args.extend(ids.iter().map(|id| id.as_bytes()));
         let reply = self
             .redis
             .evalsha(
@@ -225,6 +235,8 @@ impl Store {
                     overwritten.as_bytes(),
                     copies.alive.as_bytes(),
                     copies.workers.as_bytes(),
+                    ledger,
+                    last,
                 ],
                 &args,
             )

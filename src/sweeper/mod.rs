@@ -1,7 +1,8 @@
 //! The sweeper (contract §6): one node of the fleet at a time holds the sweeper lease
 //! (one lease long, renewed every third of one, released on a graceful
 //! stop) and, every `sweep_interval_ms`, runs a pass over every bucket a page at a time: the
-//! GC ([`gc`]), then the durability sweep ([`wake`]). A node that is not the serving fleet neither claims nor sweeps: it may disagree
+//! GC ([`gc`]), then the durability sweep ([`wake`]), then the pruning of the ownership
+//! ledger's index ([`gc::prune_ledger`]). A node that is not the serving fleet neither claims nor sweeps: it may disagree
 //! with the fleet on what a bucket is.
 //!
 //! Run by one core per node, beside the fleet claim; the pass runs as its own task so that a
@@ -119,11 +120,14 @@ async fn pass(core: &Core, holds: &dyn Fn() -> bool) {
         .wakes_pending
         .fetch_add(wakes.pending, Ordering::Relaxed);
     let (rows, markers, woken, pending) = (swept.rows, swept.markers, wakes.woken, wakes.pending);
-    let namespaces = swept.namespaces;
+    let (namespaces, ledger) = (swept.namespaces, swept.ledger);
     if let Err(e) = result {
-        warn!(error = %e, rows, markers, namespaces, woken, pending, ms, "sweep failed part way");
-    } else if rows + markers + namespaces + woken + pending > 0 {
-        info!(rows, markers, namespaces, woken, pending, ms, "sweep");
+        warn!(error = %e, rows, markers, namespaces, woken, pending, ledger, ms, "sweep failed part way");
+    } else if rows + markers + namespaces + woken + pending + ledger > 0 {
+        info!(
+            rows,
+            markers, namespaces, woken, pending, ledger, ms, "sweep"
+        );
     } else {
         debug!(ms, "sweep: nothing to do");
     }
@@ -157,6 +161,7 @@ async fn walk(
     for (env, ns) in &pairs {
         wake::run(core, holds, env, ns, wakes).await?;
     }
+    gc::prune_ledger(core, holds, swept).await?;
     // A pair no record names any more, left with nothing: no worker can place in it (one
     // would register, and name it), so it is forgotten rather than walked forever.
     for pair in &registered {
