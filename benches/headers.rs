@@ -67,6 +67,8 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
     let correlation = Correlation::of(&request, rand::random);
     let forwarded = Forwarded {
         peer: "203.0.113.7".parse().unwrap(),
+        from_trusted_proxy: false,
+        secure: false,
         epoch: "1764400000123",
         attestation,
         upgrade: None,

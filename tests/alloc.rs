@@ -221,6 +221,8 @@ fn request_head_allocates_nothing() {
     ] {
         let forwarded = Forwarded {
             peer: peer.parse().unwrap(),
+            from_trusted_proxy: false,
+            secure: false,
             epoch: "1764400000123",
             attestation: b"header.claims.signature",
             upgrade,

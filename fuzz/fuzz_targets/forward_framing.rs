@@ -34,6 +34,8 @@ fuzz_target!(|data: &[u8]| {
     let correlation = Correlation::of(&head.headers, || 7);
     let forwarded = Forwarded {
         peer: "127.0.0.1".parse().unwrap(),
+        from_trusted_proxy: false,
+        secure: false,
         epoch: "1700000000001",
         attestation: b"token",
         upgrade: None,

@@ -26,6 +26,8 @@ pub struct Conn {
     /// Bytes written to the client so far (what `out` held at each flush).
     pub(super) sent: u64,
     pub(super) write_timeout: Duration,
+    /// Whether the connection is TLS (the scheme a forward states as `X-Forwarded-Proto`).
+    pub(super) secure: bool,
 }
 
 /// Appends one read's worth of bytes to `buf`; `Ok(0)` at end of stream.

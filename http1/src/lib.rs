@@ -19,6 +19,7 @@ mod head_writer;
 mod header_names;
 mod json;
 mod listening;
+pub mod proxy_protocol;
 mod request;
 pub mod resolve;
 mod response;

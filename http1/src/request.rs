@@ -113,6 +113,11 @@ impl<'c> Request<'c> {
         &self.head.method
     }
 
+    /// Whether the request came over TLS.
+    pub fn secure(&self) -> bool {
+        self.conn.secure
+    }
+
     pub fn path(&self) -> &str {
         self.head.uri.path()
     }

@@ -145,6 +145,7 @@ async fn serve<H: Handler>(
         out: BytesMut::with_capacity(8192),
         sent: 0,
         write_timeout: limits.write_timeout,
+        secure: tls.is_some(),
     };
     let mut first = true;
     loop {

@@ -117,6 +117,7 @@ pub(super) const KEYS: &[Key] = &[
     key!(ledger.enabled: bool = flag),
     // At least 100: `XADD … MAXLEN ~` trims a whole node of the stream (100 entries) at a time.
     key!(ledger.max_entries_per_bucket: u64 = whole(100, 100_000_000)),
+    key!(proxy_protocol.trusted: Vec<IpNet> = list(text_with(cidr))),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

@@ -133,6 +133,8 @@ pub struct Config {
     pub placement: PlacementLimits,
     /// The ownership ledger: every change of an instance's owner or fence, kept per bucket.
     pub ledger: LedgerSettings,
+    /// Load balancers that send the PROXY protocol (`src/runtime/accept.rs`).
+    pub proxy_protocol: ProxyProtocol,
 }
 
 /// What one client may hold or make (`src/limits/`).
@@ -181,6 +183,32 @@ impl LedgerSettings {
     pub fn cap(&self) -> Option<u64> {
         self.enabled.then_some(self.max_entries_per_bucket)
     }
+}
+
+/// Who must open a connection with a PROXY protocol header (v1 or v2), and whose header then
+/// names the client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyProtocol {
+    /// CIDRs (a bare IP: /32 or /128) of the load balancers in front of the node. A connection
+    /// from one must start with a PROXY header, whose source address becomes the connection's
+    /// client address (its `X-Forwarded-For`, the `ip` affinity key, the access log, the limits
+    /// per address); one from any other address is served as HTTP, where a PROXY header is a
+    /// malformed request (400). Default empty: the protocol is off.
+    pub trusted: Vec<IpNet>,
+}
+
+impl ProxyProtocol {
+    /// Whether a connection from `peer` must start with a PROXY header.
+    pub fn expected_from(&self, peer: std::net::IpAddr) -> bool {
+        in_cidrs(&self.trusted, peer)
+    }
+}
+
+/// Whether `ip` is in one of `cidrs` (`trusted_proxies`, `proxy_protocol.trusted`); an
+/// IPv4-mapped IPv6 address, what a dual-stack listener sees of an IPv4 peer, as that IPv4.
+pub fn in_cidrs(cidrs: &[IpNet], ip: std::net::IpAddr) -> bool {
+    let ip = ip.to_canonical();
+    cidrs.iter().any(|net| net.contains(&ip))
 }
 
 /// The listener's certificate chain and private key (PEM), both or neither. `SIGHUP` reads
@@ -432,6 +460,7 @@ impl Default for Config {
             },
             placement: PlacementLimits::default(),
             ledger: LedgerSettings::default(),
+            proxy_protocol: ProxyProtocol::default(),
         }
     }
 }
@@ -888,6 +917,9 @@ max_rows_per_namespace = 5000
 [ledger]
 enabled = false
 max_entries_per_bucket = 500
+
+[proxy_protocol]
+trusted = ["192.0.2.0/24", "2001:db8::1"]
 "#;
 
     fn full() -> Config {
@@ -969,6 +1001,12 @@ max_entries_per_bucket = 500
             ledger: LedgerSettings {
                 enabled: false,
                 max_entries_per_bucket: 500,
+            },
+            proxy_protocol: ProxyProtocol {
+                trusted: vec![
+                    "192.0.2.0/24".parse().unwrap(),
+                    "2001:db8::1/128".parse().unwrap(),
+                ],
             },
         }
     }
@@ -1107,6 +1145,10 @@ max_entries_per_bucket = 500
             ("PINBOARD_PLACEMENT__MAX_ROWS_PER_NAMESPACE", "5000"),
             ("PINBOARD_LEDGER__ENABLED", "false"),
             ("PINBOARD_LEDGER__MAX_ENTRIES_PER_BUCKET", "500"),
+            (
+                "PINBOARD_PROXY_PROTOCOL__TRUSTED",
+                "192.0.2.0/24, 2001:db8::1",
+            ),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
@@ -1298,6 +1340,18 @@ max_entries_per_bucket = 500
                 &[("PINBOARD_TRUSTED_PROXIES", "::1,,")],
                 "trusted_proxies",
                 "item 2",
+            ),
+            (
+                "[proxy_protocol]\ntrusted = [\"10.0.0.0/8\", \"lb.internal\"]",
+                &[],
+                "proxy_protocol.trusted",
+                "item 2",
+            ),
+            (
+                "",
+                &[("PINBOARD_PROXY_PROTOCOL__TRUSTED", "10.0.0.0/8 192.0.2.1")],
+                "proxy_protocol.trusted",
+                "item 1",
             ),
             (
                 "forwards.timeout_ms = \"abc\"",

@@ -7,9 +7,9 @@
 //! table for the node: a sharded map behind `parking_lot` mutexes, taken at accept, at the end
 //! of a handshake and at close, never per request. An accept is a syscall and a task spawn
 //! already; an uncontended lock is a few tens of nanoseconds beside it, and 64 shards keep the
-//! cores from meeting on one. The address is the TCP peer's: `trusted_proxies` speaks about
-//! headers, which are not read yet (a load balancer in front should pass the client's address
-//! with PROXY protocol, not yet spoken).
+//! cores from meeting on one. The address is the TCP peer's (`trusted_proxies` speaks about
+//! headers, which are not read yet), or on a balancer's connection the client its PROXY
+//! protocol header names (`proxy_protocol.trusted`: admitted once the header is read).
 //!
 //! The table holds an entry per address with a connection open and removes it when its last
 //! closes: it never holds more entries than the node has connections (`max_connections`).

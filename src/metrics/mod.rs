@@ -52,13 +52,16 @@ pub enum ConnectionRefusal {
     PerIp,
     /// The client's address had its most TLS handshakes in progress.
     HandshakesPerIp,
+    /// A balancer `proxy_protocol.trusted` names sent no whole, valid PROXY header in time.
+    ProxyHeader,
 }
 
 impl ConnectionRefusal {
-    pub const ALL: [ConnectionRefusal; 3] = [
+    pub const ALL: [ConnectionRefusal; 4] = [
         ConnectionRefusal::MaxConnections,
         ConnectionRefusal::PerIp,
         ConnectionRefusal::HandshakesPerIp,
+        ConnectionRefusal::ProxyHeader,
     ];
 
     pub fn name(self) -> &'static str {
@@ -66,6 +69,7 @@ impl ConnectionRefusal {
             ConnectionRefusal::MaxConnections => "max_connections",
             ConnectionRefusal::PerIp => "per_ip",
             ConnectionRefusal::HandshakesPerIp => "handshakes_per_ip",
+            ConnectionRefusal::ProxyHeader => "proxy_header",
         }
     }
 }

@@ -62,7 +62,7 @@ pub fn key(affinity: &Affinity, client: IpAddr, req: &Request<'_>) -> Option<Key
 /// right-most `X-Forwarded-For` entry that is not itself a trusted proxy (entries further
 /// left were written by whoever the first untrusted hop was, and prove nothing).
 pub fn client_ip(peer: IpAddr, trusted: &[IpNet], req: &Request<'_>) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let is_trusted = |ip: &IpAddr| crate::config::in_cidrs(trusted, *ip);
     if !is_trusted(&peer) {
         return peer;
     }

@@ -4,7 +4,10 @@
 //! - towards the worker: every inbound `Pinboard-*` header stripped, hop-by-hop headers (and
 //!   every end-to-end extra `Connection` names, never `Host`) dropped, `Authorization` dropped
 //!   when the data-plane passport consumed it, `X-Forwarded-For` replaced by the observed peer,
-//!   `Pinboard-Epoch` and `Pinboard-Attestation` added, framing restated;
+//!   the client's `Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Real-IP` dropped
+//!   unless the peer is a trusted proxy, `X-Forwarded-Proto` and `X-Forwarded-Host` stated
+//!   where they were dropped or never sent, `Pinboard-Epoch` and `Pinboard-Attestation` added,
+//!   framing restated;
 //! - towards the client: `Pinboard-*` and hop-by-hop headers dropped, `X-Accel-Buffering: no`
 //!   added, framing restated.
 //!
@@ -22,6 +25,8 @@ use crate::correlation::{Correlation, REQUEST_ID, TRACEPARENT, TRACESTATE};
 use crate::http::{Framing, HeadWriter, Unwritable};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// How a message body is delimited on the wire we write.
@@ -112,9 +117,24 @@ fn copy_end_to_end(
     Ok(())
 }
 
+/// What a client says of where its request came from, which only a trusted proxy may say:
+/// believed from anyone else, it would tell the worker a scheme, host or address the node never
+/// saw.
+fn says_where_from(name: &HeaderName) -> bool {
+    name == header::FORWARDED
+        || name == X_FORWARDED_PROTO
+        || name == X_FORWARDED_HOST
+        || name == "x-real-ip"
+}
+
 /// What identifies a forward to its worker.
 pub struct Forwarded<'a> {
     pub peer: IpAddr,
+    /// The peer is one of `trusted_proxies`: what it says of where the request came from
+    /// (`Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Real-IP`) is passed on.
+    pub from_trusted_proxy: bool,
+    /// The request came over TLS: `X-Forwarded-Proto: https`.
+    pub secure: bool,
     pub epoch: &'a str,
     pub attestation: &'a [u8],
     /// `Some(protocols)` for an upgrade the node tunnels (`Upgrade`, with only the protocols
@@ -150,10 +170,21 @@ pub fn request_head(
                 || name == TRACEPARENT
                 || (started_trace && name == TRACESTATE)
                 || (forwarded.drop_authorization && name == header::AUTHORIZATION)
+                || (!forwarded.from_trusted_proxy && says_where_from(name))
         },
         &mut head,
     )?;
     head.field_display(&X_FORWARDED_FOR, forwarded.peer)?;
+    let passed_on = |name: &str| forwarded.from_trusted_proxy && headers.contains_key(name);
+    if !passed_on("x-forwarded-proto") {
+        let scheme: &[u8] = if forwarded.secure { b"https" } else { b"http" };
+        head.field(&X_FORWARDED_PROTO, scheme)?;
+    }
+    if let Some(host) = headers.get(header::HOST)
+        && !passed_on("x-forwarded-host")
+    {
+        head.field(&X_FORWARDED_HOST, host.as_bytes())?;
+    }
     head.header(REQUEST_ID, correlation.request_id().as_bytes())?;
     head.header(TRACEPARENT, correlation.traceparent().as_bytes())?;
     head.field(&EPOCH, forwarded.epoch.as_bytes())?;
@@ -197,6 +228,20 @@ pub fn response_head(
 mod tests {
     use super::*;
 
+    /// A forward from 127.0.0.9, an untrusted peer, over plain HTTP.
+    fn plain<'a>(correlation: &'a Correlation, epoch: &'a str, drop: bool) -> Forwarded<'a> {
+        Forwarded {
+            peer: "127.0.0.9".parse().unwrap(),
+            from_trusted_proxy: false,
+            secure: false,
+            epoch,
+            attestation: b"tok",
+            upgrade: None,
+            correlation,
+            drop_authorization: drop,
+        }
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in pairs {
@@ -232,14 +277,7 @@ mod tests {
         // The client's id is kept; its broken trace context is replaced by a new trace, and
         // its tracestate, which belongs to no trace of ours, is dropped.
         let correlation = Correlation::of(&inbound, || 0xab);
-        let forwarded = Forwarded {
-            peer: "127.0.0.9".parse().unwrap(),
-            epoch: "42",
-            attestation: b"tok",
-            upgrade: None,
-            correlation: &correlation,
-            drop_authorization: false,
-        };
+        let forwarded = plain(&correlation, "42", false);
         request_head(
             &Method::POST,
             "/base",
@@ -254,7 +292,8 @@ mod tests {
             std::str::from_utf8(&out).unwrap(),
             "POST /base/t/x?q=1 HTTP/1.1\r\nhost: edge.example\r\n\
              pinboardx: kept: not a pinboard header\r\naccept: a/b\r\n\
-             x-forwarded-for: 127.0.0.9\r\nx-request-id: client-id\r\n\
+             x-forwarded-for: 127.0.0.9\r\nx-forwarded-proto: http\r\n\
+             x-forwarded-host: edge.example\r\nx-request-id: client-id\r\n\
              traceparent: 00-000000000000000000000000000000ab-00000000000000ab-00\r\n\
              pinboard-epoch: 42\r\npinboard-attestation: tok\r\n\
              content-length: 5\r\n\r\n"
@@ -268,14 +307,7 @@ mod tests {
         epoch: &str,
     ) -> Result<String, (Unwritable, BytesMut)> {
         let correlation = Correlation::of(inbound, || 1);
-        let forwarded = Forwarded {
-            peer: "127.0.0.9".parse().unwrap(),
-            epoch,
-            attestation: b"tok",
-            upgrade: None,
-            correlation: &correlation,
-            drop_authorization,
-        };
+        let forwarded = plain(&correlation, epoch, drop_authorization);
         let mut out = BytesMut::from(&b"before"[..]);
         let none = BodyFraming::None;
         match request_head(
@@ -318,6 +350,88 @@ mod tests {
         assert!(!out.contains("x-extra"), "{out}");
     }
 
+    /// What a client says of where its request came from reaches the worker only from a
+    /// trusted proxy; the node states the scheme and host it saw where nobody trusted did.
+    #[test]
+    fn forwarding_headers_are_believed_from_trusted_proxies_only() {
+        let inbound = headers(&[
+            ("host", "edge.example"),
+            ("forwarded", "for=6.6.6.6;proto=https;host=bank.example"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "bank.example"),
+            ("x-real-ip", "6.6.6.6"),
+        ]);
+        let correlation = Correlation::of(&inbound, || 1);
+        let write = |forwarded: &Forwarded<'_>| {
+            let mut out = BytesMut::new();
+            let none = BodyFraming::None;
+            request_head(
+                &Method::GET,
+                "",
+                "/t/x",
+                &inbound,
+                forwarded,
+                none,
+                &mut out,
+            )
+            .unwrap();
+            String::from_utf8(out.to_vec()).unwrap()
+        };
+        let untrusted = write(&plain(&correlation, "1", false));
+        for dropped in [
+            "forwarded:",
+            "6.6.6.6",
+            "bank.example",
+            "https",
+            "x-real-ip",
+        ] {
+            assert!(!untrusted.contains(dropped), "{dropped} in {untrusted}");
+        }
+        assert!(
+            untrusted.contains("\r\nx-forwarded-proto: http\r\n"),
+            "{untrusted}"
+        );
+        assert!(untrusted.contains("\r\nx-forwarded-host: edge.example\r\n"));
+        let tls = write(&Forwarded {
+            secure: true,
+            ..plain(&correlation, "1", false)
+        });
+        assert!(tls.contains("\r\nx-forwarded-proto: https\r\n"), "{tls}");
+        let behind = write(&Forwarded {
+            from_trusted_proxy: true,
+            ..plain(&correlation, "1", false)
+        });
+        for kept in [
+            "\r\nforwarded: for=6.6.6.6;proto=https;host=bank.example\r\n",
+            "\r\nx-forwarded-proto: https\r\n",
+            "\r\nx-forwarded-host: bank.example\r\n",
+            "\r\nx-real-ip: 6.6.6.6\r\n",
+        ] {
+            assert!(behind.contains(kept), "{kept:?} missing from {behind}");
+        }
+        assert_eq!(behind.matches("x-forwarded-proto").count(), 1, "{behind}");
+        assert_eq!(behind.matches("x-forwarded-host").count(), 1, "{behind}");
+        // A trusted proxy that said nothing: the node states what it saw.
+        let quiet = headers(&[("host", "edge.example")]);
+        let mut out = BytesMut::new();
+        let forwarded = Forwarded {
+            from_trusted_proxy: true,
+            ..plain(&correlation, "1", false)
+        };
+        request_head(
+            &Method::GET,
+            "",
+            "/",
+            &quiet,
+            &forwarded,
+            BodyFraming::None,
+            &mut out,
+        )
+        .unwrap();
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        assert!(out.contains("\r\nx-forwarded-proto: http\r\nx-forwarded-host: edge.example\r\n"));
+    }
+
     /// L7 of issue 23: the credential the data-plane passport consumed stays at the node.
     #[test]
     fn authorization_is_dropped_when_the_passport_consumed_it() {
@@ -357,14 +471,7 @@ mod tests {
     #[test]
     fn added_names_are_the_protocols() {
         let correlation = Correlation::of(&HeaderMap::new(), || 1);
-        let forwarded = Forwarded {
-            peer: "127.0.0.9".parse().unwrap(),
-            epoch: "42",
-            attestation: b"tok",
-            upgrade: None,
-            correlation: &correlation,
-            drop_authorization: false,
-        };
+        let forwarded = plain(&correlation, "42", false);
         let mut out = BytesMut::new();
         let (empty, none) = (HeaderMap::new(), BodyFraming::None);
         request_head(&Method::GET, "", "/t/x", &empty, &forwarded, none, &mut out).unwrap();

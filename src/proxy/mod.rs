@@ -224,6 +224,8 @@ pub async fn handle(
             path_and_query,
             forwarded: Forwarded {
                 peer: req.peer.ip(),
+                from_trusted_proxy: crate::config::in_cidrs(&config.trusted_proxies, req.peer.ip()),
+                secure: req.secure(),
                 epoch: &placement.epoch,
                 attestation: &buffers.token,
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),

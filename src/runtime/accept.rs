@@ -2,13 +2,17 @@
 //! the stop itself (the socket out of `LISTEN` at once, so the kernel completes no more
 //! handshakes for it; or, once a new process took the sockets over, left listening for it);
 //! which accepted connections are served ([`admit`]: the node's `max_connections`, the limits
-//! per client address), and the handler that keeps a served connection's place ([`Admitted`]).
+//! per client address), who the client is on a balancer's connection ([`proxied`]: its PROXY
+//! protocol header), and the handler that keeps a served connection's place ([`Admitted`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use monoio::net::TcpStream;
 use pinboard_http::Listening;
+use pinboard_http::proxy_protocol;
+use tracing::debug;
 
 use super::Shutdown;
 use super::upgrade::Sockets;
@@ -59,14 +63,46 @@ impl Acceptor {
 /// Whether a connection from `peer` is served, and its place among its address's connections
 /// (`None` while `limits.max_connections_per_ip` is off); a refused one is closed at once,
 /// before any byte is read. One relaxed read per core and one lock of the address's shard per
-/// accept, never per request.
-pub(super) fn admit(core: &Core, peer: SocketAddr) -> Result<Option<Slot>, ConnectionRefusal> {
+/// accept, never per request. A `balancer`'s connection (`proxy_protocol.trusted`) takes its
+/// place among the node's only: its client is known once its header is read ([`proxied`]).
+pub(super) fn admit(
+    core: &Core,
+    peer: SocketAddr,
+    balancer: bool,
+) -> Result<Option<Slot>, ConnectionRefusal> {
     let shared = &core.shared;
     if shared.connections() >= core.live().config().max_connections {
         return Err(ConnectionRefusal::MaxConnections);
     }
+    if balancer {
+        return Ok(None);
+    }
     let handshake = shared.tls.listener.is_some();
     shared.client_connections.admit(peer.ip(), handshake)
+}
+
+/// The client of a balancer's connection: the source its PROXY header names (the balancer
+/// itself for a `LOCAL` or `UNKNOWN` header, its health checks), admitted among that address's
+/// connections like a direct one. The header is read whole within `within`, before the TLS
+/// handshake or the request it precedes, and nothing past it; a connection without one is
+/// closed unanswered.
+pub(super) async fn proxied(
+    core: &Core,
+    stream: &mut TcpStream,
+    balancer: SocketAddr,
+    within: Duration,
+) -> Result<(SocketAddr, Option<Slot>), ConnectionRefusal> {
+    let header = proxy_protocol::read_header(stream, within)
+        .await
+        .map_err(|e| {
+            debug!(peer = %balancer, error = %e, "refusing a balancer's connection");
+            ConnectionRefusal::ProxyHeader
+        })?;
+    let client = header.source.unwrap_or(balancer);
+    let shared = &core.shared;
+    let handshake = shared.tls.listener.is_some();
+    let slot = shared.client_connections.admit(client.ip(), handshake)?;
+    Ok((client, slot))
 }
 
 /// A served connection's handler: `handler`'s answers, and the connection's place in the table

@@ -407,8 +407,9 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
         let (core, shutdown) = (core.clone(), shutdown.clone());
         monoio::spawn(scrape::serve(core, metrics, limits, shutdown));
     }
-    while let Some((stream, peer)) = acceptor.next(&shutdown).await {
-        let slot = match accept::admit(&core, peer) {
+    while let Some((mut stream, peer)) = acceptor.next(&shutdown).await {
+        let balancer = (core.live().config().proxy_protocol).expected_from(peer.ip());
+        let slot = match accept::admit(&core, peer, balancer) {
             Ok(slot) => slot,
             Err(reason) => {
                 core.counters().connection_refused(reason);
@@ -420,6 +421,18 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
         let (core, shutdown) = (core.clone(), shutdown.clone());
         core.counters().connection_opened();
         monoio::spawn(async move {
+            let (peer, slot) = if balancer {
+                match accept::proxied(&core, &mut stream, peer, limits.header_timeout).await {
+                    Ok(client) => client,
+                    Err(reason) => {
+                        core.counters().connection_refused(reason);
+                        core.counters().connection_closed();
+                        return;
+                    }
+                }
+            } else {
+                (peer, slot)
+            };
             let tls = core.shared.tls.listener.as_ref();
             let handler = accept::Admitted {
                 handler: &*core,
