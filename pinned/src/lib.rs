@@ -60,6 +60,8 @@ mod app;
 mod config;
 mod control;
 mod durable;
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+pub mod fencing;
 mod handle;
 mod registry;
 mod runtime;
