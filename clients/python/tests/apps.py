@@ -187,7 +187,7 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
 
     async def note(request: Request) -> JSONResponse:
         room = pinboard_worker.instance(request)
-        store = worker.config.durability
+        store = worker.store
         assert store is not None, "the note route needs a store"
         if request.method == "GET":
             saved = store.load(room.ns, room.id)
