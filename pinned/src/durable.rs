@@ -21,6 +21,10 @@ use sha2::{Digest, Sha256};
 
 use crate::Epoch;
 
+/// What a fenced call of a [`DurabilityStore`] returns: refused as stale, or the store's I/O
+/// error.
+type Fenced<T> = Result<T, FencedError<io::Error>>;
+
 /// Where durable instances keep their state and the wake they asked for, keyed by `(ns, id)`
 /// (`ns` with its leading `/`). Every method is synchronous and may block on the disk: call
 /// it from a request or hook (a small file costs little) or move it to a thread of your own.
@@ -107,22 +111,11 @@ pub trait DurabilityStore: Send + Sync + 'static {
     /// As [`save`](Self::save), by the owner at `fence`: refused with
     /// [`FencedError::Stale`], changing nothing, when a higher epoch is stored; otherwise
     /// `fence` is stored with the state. An equal epoch writes (the same owner saving again).
-    fn save_fenced(
-        &self,
-        ns: &str,
-        id: &str,
-        fence: &Fence,
-        state: &[u8],
-    ) -> Result<(), FencedError<io::Error>>;
+    fn save_fenced(&self, ns: &str, id: &str, fence: &Fence, state: &[u8]) -> Fenced<()>;
     /// The state of `(ns, id)` as its owner at `fence` hydrates it: `fence` is stored first
     /// (from then on a save from a lower epoch is refused, whether or not this owner ever
     /// saves); refused with [`FencedError::Stale`] when a higher epoch is stored.
-    fn claim(
-        &self,
-        ns: &str,
-        id: &str,
-        fence: &Fence,
-    ) -> Result<Option<Vec<u8>>, FencedError<io::Error>>;
+    fn claim(&self, ns: &str, id: &str, fence: &Fence) -> Fenced<Option<Vec<u8>>>;
     /// Records that `(ns, id)` asked to be woken at `wake_at_ms` (ms since the Unix epoch).
     fn schedule(&self, ns: &str, id: &str, wake_at_ms: u64) -> io::Result<()>;
     /// Forgets the wake `(ns, id)` asked for, if any.
@@ -297,25 +290,14 @@ impl DurabilityStore for FileStore {
         self.change(ns, id, |entry| entry.state = Some(state.to_vec()))
     }
 
-    fn save_fenced(
-        &self,
-        ns: &str,
-        id: &str,
-        fence: &Fence,
-        state: &[u8],
-    ) -> Result<(), FencedError<io::Error>> {
+    fn save_fenced(&self, ns: &str, id: &str, fence: &Fence, state: &[u8]) -> Fenced<()> {
         let set = |entry: &mut Entry| entry.state = Some(state.to_vec());
         self.update(ns, id, Some(fence), set)
             .map_err(FencedError::Store)??;
         Ok(())
     }
 
-    fn claim(
-        &self,
-        ns: &str,
-        id: &str,
-        fence: &Fence,
-    ) -> Result<Option<Vec<u8>>, FencedError<io::Error>> {
+    fn claim(&self, ns: &str, id: &str, fence: &Fence) -> Fenced<Option<Vec<u8>>> {
         let mut state = None;
         let take = |entry: &mut Entry| state = entry.state.clone();
         self.update(ns, id, Some(fence), take)

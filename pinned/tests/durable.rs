@@ -26,7 +26,7 @@ use support::http::{Client, Reply};
 use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::Node;
 use support::redis::RedisServer;
-use support::{attestation, attestation_for, block_on, eventually, registered};
+use support::{attestation, attestation_for, block_on, eventually, registered, shuffled_epochs};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {
@@ -199,19 +199,21 @@ fn the_file_store_refuses_a_save_from_a_lower_epoch_and_changes_nothing() {
     // Past 2^53 and 2^64, and across lengths, epochs compare as numbers, never as floats or
     // as text: 2^53 + 1 is refused after 2^53 + 2; "10" beats "9".
     let (id2, id3) = ("big", "lengths");
-    store
-        .save_fenced(ns, id2, &fence("9007199254740994"), b"a")
-        .unwrap();
+    let beyond = [
+        ("9007199254740994", "9007199254740993"),
+        ("18446744073709551616", "18446744073709551615"),
+    ];
+    for (higher, lower) in beyond {
+        store
+            .save_fenced(ns, id2, &fence(higher), higher.as_bytes())
+            .unwrap();
+        let late = store.save_fenced(ns, id2, &fence(lower), b"late");
+        assert_eq!(refused(late), stale(higher, lower));
+    }
+    let top = "18446744073709551616";
     assert_eq!(
-        refused(store.save_fenced(ns, id2, &fence("9007199254740993"), b"b")),
-        stale("9007199254740994", "9007199254740993")
-    );
-    store
-        .save_fenced(ns, id2, &fence("18446744073709551616"), b"c")
-        .unwrap();
-    assert_eq!(
-        refused(store.save_fenced(ns, id2, &fence("18446744073709551615"), b"d")),
-        stale("18446744073709551616", "18446744073709551615")
+        store.load(ns, id2).unwrap().as_deref(),
+        Some(top.as_bytes())
     );
     store.save_fenced(ns, id3, &fence("9"), b"nine").unwrap();
     store.save_fenced(ns, id3, &fence("10"), b"ten").unwrap();
@@ -312,14 +314,7 @@ fn two_stores_writing_at_once_end_with_the_highest_epochs_state() {
             let store = FileStore::open(dir.path()).unwrap();
             std::thread::spawn(move || {
                 let mut written = 0;
-                // Epochs writer, writer + 2, ... shuffled: out of order, as late writes are.
-                let mut epochs: Vec<u64> = (0..150).map(|n| 2 * n + writer + 1).collect();
-                let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ writer;
-                for i in (1..epochs.len()).rev() {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    epochs.swap(i, (seed >> 33) as usize % (i + 1));
-                }
-                for epoch in epochs {
+                for epoch in shuffled_epochs(writer, 150) {
                     let state = format!("{writer}:{epoch}");
                     let at = fence(&epoch.to_string());
                     match store.save_fenced("/t", "x", &at, state.as_bytes()) {

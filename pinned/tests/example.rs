@@ -380,12 +380,21 @@ fn signal(example: &Example, signal: &str) {
     assert!(sent.unwrap().success(), "kill -{signal} {pid}");
 }
 
+/// The lease of [`short_lease_node`]: what a paused worker is stopped past.
+const SHORT_LEASE: Duration = Duration::from_millis(2000);
+
+/// A redis-server and a node on it with a [`SHORT_LEASE`], its cold start ended.
+fn short_lease_node() -> (RedisServer, Node) {
+    let redis = RedisServer::start();
+    let lease = SHORT_LEASE.as_millis().to_string();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", &lease)]);
+    end_cold_start(&redis);
+    (redis, node)
+}
+
 #[test]
 fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
-    let redis = RedisServer::start();
-    let lease = Duration::from_millis(2000);
-    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
-    end_cold_start(&redis);
+    let (_redis, node) = short_lease_node();
     let workers = [
         Example::start_as(&node, "example-1", &[]),
         Example::start_as(&node, "example-2", &[]),
@@ -404,7 +413,7 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
     signal(&workers[owner], "STOP");
     let addr = node.addr;
     let waiting = std::thread::spawn(move || get(addr, "/threads/p/count", None));
-    std::thread::sleep(lease + Duration::from_millis(500));
+    std::thread::sleep(SHORT_LEASE + Duration::from_millis(500));
     // Past the lease the registry places the instance on the other worker.
     assert!(
         eventually(Duration::from_secs(10), || {
@@ -443,10 +452,7 @@ fn put(addr: SocketAddr, path: &str, body: &str) -> support::http::Reply {
 /// epoch: the store refuses it, and the new owner's note stands.
 #[test]
 fn a_paused_former_owners_late_save_is_refused_and_the_new_owners_note_stands() {
-    let redis = RedisServer::start();
-    let lease = Duration::from_millis(2000);
-    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
-    end_cold_start(&redis);
+    let (redis, node) = short_lease_node();
     let dir = tempfile::tempdir().unwrap();
     let store_dir = dir.path().join("notes");
     let durable = ["--durable-dir", store_dir.to_str().unwrap()];
@@ -479,7 +485,7 @@ fn a_paused_former_owners_late_save_is_refused_and_the_new_owners_note_stands() 
     // Past its lease, the instance is placed on the other worker, at a higher epoch, which
     // saves its own note.
     let heir = Example::start_as(&node, "example-2", &durable);
-    std::thread::sleep(lease + Duration::from_millis(500));
+    std::thread::sleep(SHORT_LEASE + Duration::from_millis(500));
     let mut saved = None;
     assert!(
         eventually(Duration::from_secs(10), || {

@@ -15,6 +15,7 @@ use pinboard_protocol::worker::fencing::REDIS_COMPARE_AND_SET;
 use pinned::fencing::{FencedRedis, FencedTable};
 use pinned::{Fence, FencedError, StaleEpoch};
 use support::redis::RedisServer;
+use support::shuffled_epochs;
 
 fn fence(digits: &str) -> Fence {
     Fence::parse(digits).unwrap()
@@ -127,23 +128,18 @@ fn keeps_the_fencing_rules(store: &mut dyn Fenced) {
 
     // Past 2^53 (2^53 + 1 is no float) and 2^64, and across lengths: as numbers, never as
     // floats or as text.
-    store
-        .write("big", &fence("9007199254740994"), b"a")
-        .unwrap();
-    refused(
-        store.write("big", &fence("9007199254740993"), b"b"),
-        "9007199254740994",
-        "9007199254740993",
-    );
-    store
-        .write("big", &fence("18446744073709551616"), b"c")
-        .unwrap();
-    refused(
-        store.write("big", &fence("18446744073709551615"), b"d"),
-        "18446744073709551616",
-        "18446744073709551615",
-    );
-    assert_eq!(value_of(store, "big"), pair("c", "18446744073709551616"));
+    let beyond = [
+        ("9007199254740994", "9007199254740993"),
+        ("18446744073709551616", "18446744073709551615"),
+    ];
+    for (higher, lower) in beyond {
+        store
+            .write("big", &fence(higher), higher.as_bytes())
+            .unwrap();
+        refused(store.write("big", &fence(lower), b"late"), higher, lower);
+    }
+    let top = "18446744073709551616";
+    assert_eq!(value_of(store, "big"), pair(top, top));
     store.write("len", &fence("9"), b"nine").unwrap();
     store.write("len", &fence("10"), b"ten").unwrap();
     refused(store.write("len", &fence("9"), b"nine"), "10", "9");
@@ -162,13 +158,7 @@ fn two_writers_end_with_the_highest_epoch(open: impl Fn() -> Box<dyn Fenced>) {
         .map(|writer| {
             let mut store = open();
             std::thread::spawn(move || {
-                let mut epochs: Vec<u64> = (0..100).map(|n| 2 * n + writer + 1).collect();
-                let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ writer;
-                for i in (1..epochs.len()).rev() {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    epochs.swap(i, (seed >> 33) as usize % (i + 1));
-                }
-                for epoch in epochs {
+                for epoch in shuffled_epochs(writer, 100) {
                     let at = fence(&epoch.to_string());
                     match store.write("race", &at, format!("{writer}:{epoch}").as_bytes()) {
                         Ok(()) => {}
@@ -242,7 +232,10 @@ fn a_redis_key_keeps_the_fencing_rules() {
         server.cli(&["HGET", "big", "epoch"]),
         "18446744073709551616"
     );
-    assert_eq!(server.cli(&["HGET", "big", "value"]), "c");
+    assert_eq!(
+        server.cli(&["HGET", "big", "value"]),
+        "18446744073709551616"
+    );
     two_writers_end_with_the_highest_epoch(|| Box::new(Redis::open(&server)));
 }
 
