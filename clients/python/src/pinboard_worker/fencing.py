@@ -7,9 +7,10 @@ on the standard library's `sqlite3`) and Redis (`FencedRedis`, on the `redis` pa
 A worker paused past its lease (a GC pause, a stopped VM) may resume believing it still owns an
 instance that the node has placed elsewhere at a higher epoch. The library refuses its late
 answers, but not what it writes to a store of its own: only the store can, by keeping the
-highest epoch that wrote each key and refusing a write from a lower one. The SQL and the script
-are the Rust library's (`pinboard_protocol::worker::fencing`), so both libraries' workers can
-share a table or a key.
+highest epoch that wrote each key and refusing a write from a lower one. The script is the Rust
+library's own file (`protocol/src/worker/fencing.lua`), and the table and its statements are
+those of `pinboard_protocol::worker::fencing::sqlite`, so both libraries' workers can share a
+key or a table.
 """
 
 from __future__ import annotations
