@@ -1,6 +1,7 @@
 //! Durability (contract §7): where a durable instance's state and its wish to be woken live
 //! while no worker holds it — the [`DurabilityStore`] trait and [`FileStore`], one directory
-//! with a file per instance — and what `_wake` needs to know of wakes under way ([`Wakes`]).
+//! with a file per instance, each fenced by the placement epoch that last wrote it — and what
+//! `_wake` needs to know of wakes under way ([`Wakes`]).
 //!
 //! The store is the worker's own memory; the wake itself is the node's: the worker asks for it
 //! with `POST /registry/schedule` ([`Handle::schedule_wake`](crate::Handle::schedule_wake)),
@@ -9,15 +10,20 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
-use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use pinboard_protocol::worker::fencing::{Fence, FencedError, StaleEpoch};
+use rustix::fs::{FlockOperation, flock};
 use sha2::{Digest, Sha256};
 
 use crate::Epoch;
+
+/// What a fenced call of a [`DurabilityStore`] returns: refused as stale, or the store's I/O
+/// error.
+type Fenced<T> = Result<T, FencedError<io::Error>>;
 
 /// Where durable instances keep their state and the wake they asked for, keyed by `(ns, id)`
 /// (`ns` with its leading `/`). Every method is synchronous and may block on the disk: call
@@ -29,11 +35,23 @@ use crate::Epoch;
 /// The application decides when to save: [`Handle::store`](crate::Handle::store) hands it the
 /// store in a request or in [`App::on_wake`](crate::App::on_wake), which gets what was saved.
 ///
+/// **Fencing.** A store keeps, per `(ns, id)`, the highest placement epoch that wrote it (a
+/// [`Fence`]; none yet is epoch 0). [`save_fenced`](Self::save_fenced) and
+/// [`claim`](Self::claim) pass the writer's epoch ([`Fence::from`] the request's
+/// [`Instance`](crate::Instance)) and are refused with [`StaleEpoch`] when the store holds a
+/// higher one, changing nothing: a worker paused past its lease that resumes and saves after
+/// the instance moved on cannot overwrite the new owner's state. The worker claims at its
+/// epoch before `on_wake` hydrates; an application that hydrates on `instance.activated`
+/// should [`claim`](Self::claim) too. `save`, `schedule`, `cancel` and `remove` write without
+/// a fence (keeping the stored epoch): kept for callers from before fencing.
+///
 /// ```no_run
 /// use std::sync::Arc;
 /// use std::time::{Duration, SystemTime};
 ///
-/// use pinned::{App, Config, Error, FileStore, Handle, Instance, Origin, Request, Response, Worker};
+/// use pinned::{
+///     App, Config, Error, Fence, FileStore, Handle, Instance, Origin, Request, Response, Worker,
+/// };
 ///
 /// /// `POST /reminders/{id}` starts a reminder that fires every minute, worker or no worker.
 /// struct Reminders;
@@ -45,7 +63,9 @@ use crate::Epoch;
 ///     {
 ///         let (ns, id) = (&instance.ns, &instance.id);
 ///         let store = worker.store().expect("started with a store");
-///         store.save(ns, id, fired.to_string().as_bytes())
+///         // Fenced: refused (`FencedError::Stale`) once the reminder has moved to another
+///         // worker at a later epoch, so a paused former owner cannot overwrite its count.
+///         store.save_fenced(ns, id, &Fence::from(instance), fired.to_string().as_bytes())
 ///             .map_err(|e| Error::because(Origin::Host, "saving a reminder", e))?;
 ///         let next = SystemTime::now() + Duration::from_secs(60);
 ///         worker.schedule_wake(ns, id, next).await
@@ -85,15 +105,25 @@ use crate::Epoch;
 pub trait DurabilityStore: Send + Sync + 'static {
     /// The state last saved for `(ns, id)`; `None` when there is none.
     fn load(&self, ns: &str, id: &str) -> io::Result<Option<Vec<u8>>>;
-    /// Replaces the state of `(ns, id)`, durably: it survives a crash once this returns.
+    /// Replaces the state of `(ns, id)`, durably: it survives a crash once this returns. Not
+    /// fenced: prefer [`save_fenced`](Self::save_fenced).
     fn save(&self, ns: &str, id: &str, state: &[u8]) -> io::Result<()>;
+    /// As [`save`](Self::save), by the owner at `fence`: refused with
+    /// [`FencedError::Stale`], changing nothing, when a higher epoch is stored; otherwise
+    /// `fence` is stored with the state. An equal epoch writes (the same owner saving again).
+    fn save_fenced(&self, ns: &str, id: &str, fence: &Fence, state: &[u8]) -> Fenced<()>;
+    /// The state of `(ns, id)` as its owner at `fence` hydrates it: `fence` is stored first
+    /// (from then on a save from a lower epoch is refused, whether or not this owner ever
+    /// saves); refused with [`FencedError::Stale`] when a higher epoch is stored.
+    fn claim(&self, ns: &str, id: &str, fence: &Fence) -> Fenced<Option<Vec<u8>>>;
     /// Records that `(ns, id)` asked to be woken at `wake_at_ms` (ms since the Unix epoch).
     fn schedule(&self, ns: &str, id: &str, wake_at_ms: u64) -> io::Result<()>;
     /// Forgets the wake `(ns, id)` asked for, if any.
     fn cancel(&self, ns: &str, id: &str) -> io::Result<()>;
     /// The wake `(ns, id)` asked for and did not cancel.
     fn scheduled(&self, ns: &str, id: &str) -> io::Result<Option<u64>>;
-    /// Forgets `(ns, id)` altogether: its state and its wake.
+    /// Forgets `(ns, id)`'s state and wake (its fence stays, so that a former owner cannot
+    /// save it back).
     fn remove(&self, ns: &str, id: &str) -> io::Result<()>;
 }
 
@@ -105,8 +135,6 @@ impl fmt::Debug for dyn DurabilityStore {
 
 /// Names longer than this are replaced by a hash: a file name has at most 255 bytes.
 const MAX_NAME: usize = 200;
-/// Locks serializing the read-modify-write of one file (picked by name).
-const STRIPES: usize = 64;
 /// The first token of every file.
 const MAGIC: &str = "pinned-durable/1";
 
@@ -116,20 +144,33 @@ const MAGIC: &str = "pinned-durable/1";
 ///   parts joined by `.` (never part of an escaped name), so no value can name `.`, `..`, a
 ///   subdirectory or another instance's file. A name over 200 bytes is `#` + the SHA-256 of
 ///   both instead, and the file's header names its instance, checked on every read.
-/// - A file is one header line (`pinned-durable/1 {name} {wake ms or -} {state length or -}`)
-///   followed by the state's bytes.
+/// - A file is one header line (`pinned-durable/1 {name} {wake ms or -} {state length or -}`,
+///   then ` {epoch}` once a fenced write stored one) followed by the state's bytes. A file
+///   without an epoch (written before fencing, or never fenced) is at epoch 0.
 /// - Every change writes a temporary file (`.tmp-…`, fsynced), renames it over the old one and
 ///   fsyncs the directory: a crash leaves the old file or the new one, never a torn one.
+/// - Every change reads, checks and writes under an exclusive `flock` on the directory itself,
+///   so that workers in other processes on the host (the Python library's `FileStore` takes
+///   the same lock) never interleave a check and a write: of two fenced writers, the higher
+///   epoch's state stands. Reads take no lock (a rename is atomic). One lock for the directory:
+///   changes to one store are made one at a time.
 pub struct FileStore {
     dir: PathBuf,
-    stripes: Vec<Mutex<()>>,
 }
 
 /// What one file holds.
-#[derive(Default)]
+#[derive(Clone, Default, PartialEq)]
 struct Entry {
     wake_at: Option<u64>,
     state: Option<Vec<u8>>,
+    /// The highest epoch that wrote it.
+    epoch: Fence,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.wake_at.is_none() && self.state.is_none() && self.epoch == Fence::zero()
+    }
 }
 
 impl FileStore {
@@ -137,10 +178,7 @@ impl FileStore {
     pub fn open(dir: impl Into<PathBuf>) -> io::Result<FileStore> {
         let dir = dir.into();
         fs::create_dir_all(&dir)?;
-        Ok(FileStore {
-            dir,
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-        })
+        Ok(FileStore { dir })
     }
 
     pub fn dir(&self) -> &Path {
@@ -150,14 +188,6 @@ impl FileStore {
     /// The path of `(ns, id)`'s file, always directly inside the directory.
     pub fn path_of(&self, ns: &str, id: &str) -> PathBuf {
         self.dir.join(file_name(ns, id))
-    }
-
-    fn lock(&self, name: &str) -> MutexGuard<'_, ()> {
-        let hasher = BuildHasherDefault::<DefaultHasher>::default();
-        let stripe = hasher.hash_one(name) as usize % STRIPES;
-        self.stripes[stripe]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn read(&self, ns: &str, id: &str) -> io::Result<Entry> {
@@ -177,15 +207,45 @@ impl FileStore {
         })
     }
 
-    /// Changes `(ns, id)`'s entry under its lock, writing it back atomically (or removing the
-    /// file once it holds nothing).
-    fn update(&self, ns: &str, id: &str, change: impl FnOnce(&mut Entry)) -> io::Result<()> {
-        let name = file_name(ns, id);
-        let _guard = self.lock(&name);
-        let mut entry = self.read(ns, id)?;
+    /// Changes `(ns, id)`'s entry under the directory's lock, writing it back atomically (or
+    /// removing the file once it holds nothing) unless nothing changed. With a `fence`, first
+    /// refused as stale when the entry holds a higher epoch, else raised to it.
+    fn update(
+        &self,
+        ns: &str,
+        id: &str,
+        fence: Option<&Fence>,
+        change: impl FnOnce(&mut Entry),
+    ) -> io::Result<Result<(), StaleEpoch>> {
+        let _locked = self.lock()?;
+        let old = self.read(ns, id)?;
+        let mut entry = old.clone();
+        if let Some(offered) = fence {
+            if *offered < entry.epoch {
+                let (stored, offered) = (entry.epoch, offered.clone());
+                return Ok(Err(StaleEpoch { stored, offered }));
+            }
+            entry.epoch = offered.clone();
+        }
         change(&mut entry);
-        let path = self.dir.join(&name);
-        if entry.wake_at.is_none() && entry.state.is_none() {
+        if entry != old {
+            self.write(ns, id, &entry)?;
+        }
+        Ok(Ok(()))
+    }
+
+    /// The directory's exclusive `flock`, held until the returned file is dropped.
+    fn lock(&self) -> io::Result<File> {
+        let dir = File::open(&self.dir)?;
+        flock(&dir, FlockOperation::LockExclusive)?;
+        Ok(dir)
+    }
+
+    /// Puts `entry` in place of `(ns, id)`'s file: renamed over it, or the file removed once
+    /// the entry holds nothing.
+    fn write(&self, ns: &str, id: &str, entry: &Entry) -> io::Result<()> {
+        let path = self.path_of(ns, id);
+        if entry.is_empty() {
             return match fs::remove_file(&path) {
                 Ok(()) => self.sync_dir(),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -195,13 +255,18 @@ impl FileStore {
         let tmp = self
             .dir
             .join(format!(".tmp-{:016x}", rand::random::<u64>()));
-        let written = write_synced(&tmp, &render(&key(ns, id), &entry))
-            .and_then(|()| fs::rename(&tmp, &path));
+        let written =
+            write_synced(&tmp, &render(&key(ns, id), entry)).and_then(|()| fs::rename(&tmp, &path));
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
         }
         written?;
         self.sync_dir()
+    }
+
+    /// An unfenced change: one that no epoch can refuse.
+    fn change(&self, ns: &str, id: &str, change: impl FnOnce(&mut Entry)) -> io::Result<()> {
+        self.update(ns, id, None, change)?.map_err(io::Error::other)
     }
 
     /// Makes a rename or removal in the directory durable.
@@ -218,29 +283,44 @@ impl fmt::Debug for FileStore {
 
 impl DurabilityStore for FileStore {
     fn load(&self, ns: &str, id: &str) -> io::Result<Option<Vec<u8>>> {
-        let _guard = self.lock(&file_name(ns, id));
         Ok(self.read(ns, id)?.state)
     }
 
     fn save(&self, ns: &str, id: &str, state: &[u8]) -> io::Result<()> {
-        self.update(ns, id, |entry| entry.state = Some(state.to_vec()))
+        self.change(ns, id, |entry| entry.state = Some(state.to_vec()))
+    }
+
+    fn save_fenced(&self, ns: &str, id: &str, fence: &Fence, state: &[u8]) -> Fenced<()> {
+        let set = |entry: &mut Entry| entry.state = Some(state.to_vec());
+        self.update(ns, id, Some(fence), set)
+            .map_err(FencedError::Store)??;
+        Ok(())
+    }
+
+    fn claim(&self, ns: &str, id: &str, fence: &Fence) -> Fenced<Option<Vec<u8>>> {
+        let mut state = None;
+        let take = |entry: &mut Entry| state = entry.state.clone();
+        self.update(ns, id, Some(fence), take)
+            .map_err(FencedError::Store)??;
+        Ok(state)
     }
 
     fn schedule(&self, ns: &str, id: &str, wake_at_ms: u64) -> io::Result<()> {
-        self.update(ns, id, |entry| entry.wake_at = Some(wake_at_ms))
+        self.change(ns, id, |entry| entry.wake_at = Some(wake_at_ms))
     }
 
     fn cancel(&self, ns: &str, id: &str) -> io::Result<()> {
-        self.update(ns, id, |entry| entry.wake_at = None)
+        self.change(ns, id, |entry| entry.wake_at = None)
     }
 
     fn scheduled(&self, ns: &str, id: &str) -> io::Result<Option<u64>> {
-        let _guard = self.lock(&file_name(ns, id));
         Ok(self.read(ns, id)?.wake_at)
     }
 
     fn remove(&self, ns: &str, id: &str) -> io::Result<()> {
-        self.update(ns, id, |entry| *entry = Entry::default())
+        self.change(ns, id, |entry| {
+            (entry.wake_at, entry.state) = (None, None);
+        })
     }
 }
 
@@ -285,7 +365,11 @@ fn render(key: &str, entry: &Entry) -> Vec<u8> {
         .state
         .as_ref()
         .map_or_else(dash, |s| s.len().to_string());
-    let mut bytes = format!("{MAGIC} {key} {wake} {length}\n").into_bytes();
+    let mut header = format!("{MAGIC} {key} {wake} {length}");
+    if entry.epoch != Fence::zero() {
+        header = format!("{header} {}", entry.epoch);
+    }
+    let mut bytes = format!("{header}\n").into_bytes();
     bytes.extend_from_slice(entry.state.as_deref().unwrap_or_default());
     bytes
 }
@@ -296,8 +380,12 @@ fn parse(bytes: &[u8], key: &str) -> Option<Entry> {
     let header = std::str::from_utf8(&bytes[..newline]).ok()?;
     let body = &bytes[newline + 1..];
     let fields: Vec<&str> = header.split(' ').collect();
-    let [MAGIC, stored_key, wake, length] = fields[..] else {
-        return None;
+    let (stored_key, wake, length, epoch) = match fields[..] {
+        [MAGIC, stored_key, wake, length] => (stored_key, wake, length, Fence::zero()),
+        [MAGIC, stored_key, wake, length, epoch] => {
+            (stored_key, wake, length, Fence::parse(epoch)?)
+        }
+        _ => return None,
     };
     if stored_key != key {
         return None;
@@ -312,7 +400,11 @@ fn parse(bytes: &[u8], key: &str) -> Option<Entry> {
         Some(length) if length == body.len() as u64 => Some(body.to_vec()),
         _ => return None,
     };
-    Some(Entry { wake_at, state })
+    Some(Entry {
+        wake_at,
+        state,
+        epoch,
+    })
 }
 
 /// A finished wake is reported to the next `_wake` for this long, no longer.
@@ -427,6 +519,7 @@ mod tests {
         let entry = Entry {
             wake_at: Some(17),
             state: Some(b"one\ntwo".to_vec()),
+            epoch: Fence::zero(),
         };
         let bytes = render("k", &entry);
         assert_eq!(bytes, b"pinned-durable/1 k 17 7\none\ntwo");
@@ -440,6 +533,35 @@ mod tests {
         let empty = render("k", &Entry::default());
         assert_eq!(empty, b"pinned-durable/1 k - -\n");
         assert!(parse(b"garbage", "k").is_none());
+    }
+
+    #[test]
+    fn a_fenced_file_names_its_epoch_last_and_an_unfenced_one_is_epoch_0() {
+        let epoch = Fence::parse("18446744073709551616").unwrap();
+        let entry = Entry {
+            wake_at: None,
+            state: Some(b"s".to_vec()),
+            epoch: epoch.clone(),
+        };
+        let bytes = render("k", &entry);
+        assert_eq!(bytes, b"pinned-durable/1 k - 1 18446744073709551616\ns");
+        assert!(parse(&bytes, "k").unwrap() == entry);
+        let legacy = parse(b"pinned-durable/1 k 5 -\n", "k").unwrap();
+        assert_eq!((legacy.wake_at, legacy.epoch), (Some(5), Fence::zero()));
+        let padded = parse(b"pinned-durable/1 k - - 007\n", "k").unwrap();
+        assert_eq!(padded.epoch.as_str(), "7");
+        for bad in [
+            &b"pinned-durable/1 k - - x\n"[..],
+            b"pinned-durable/1 k - - -7\n",
+            b"pinned-durable/1 k - - \n",
+            b"pinned-durable/1 k - - 7 8\n",
+        ] {
+            assert!(
+                parse(bad, "k").is_none(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -60,6 +60,8 @@ mod app;
 mod config;
 mod control;
 mod durable;
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+pub mod fencing;
 mod handle;
 mod registry;
 mod runtime;
@@ -76,6 +78,7 @@ pub use pinboard_http::{DriverKind, Request, Response};
 pub use pinboard_protocol::worker::attest::Attestation;
 pub use pinboard_protocol::worker::control::Failure;
 pub use pinboard_protocol::worker::epoch::Epoch;
+pub use pinboard_protocol::worker::fencing::{Fence, FencedError, StaleEpoch};
 pub use pinboard_protocol::worker::state::Message;
 pub use registry::CallError;
 pub use worker::{StartError, Worker};

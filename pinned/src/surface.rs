@@ -12,6 +12,7 @@ use http::{Method, StatusCode};
 use pinboard_http::error::{Error, Origin};
 use pinboard_http::{Handler, Request, Response, splits_when_decoded};
 use pinboard_protocol::Purpose;
+use pinboard_protocol::worker::fencing::Fence;
 use pinboard_protocol::worker::serve::{Answer, Instance, Route, pinned_route_method, route};
 use serde_json::json;
 use tracing::warn;
@@ -50,9 +51,10 @@ impl<A: App> Surface<A> {
         Ok(answer)
     }
 
-    /// An admitted `_wake`: runs [`App::on_wake`] on the stored state, unless one runs already
-    /// or has just finished (the sweep asking again after a 202), and answers 200 if it is
-    /// done within `wake_wait`, else 202 while it goes on in the background.
+    /// An admitted `_wake`: runs [`App::on_wake`] on the stored state (claimed at the wake's
+    /// epoch, [`DurabilityStore::claim`]), unless one runs already or has just finished (the
+    /// sweep asking again after a 202), and answers 200 if it is done within `wake_wait`, else
+    /// 202 while it goes on in the background.
     async fn wake(&self, instance: Instance, store: Arc<dyn DurabilityStore>) -> Response {
         let (ns, id) = (instance.ns.clone(), instance.id.clone());
         match self
@@ -67,9 +69,12 @@ impl<A: App> Surface<A> {
         let (done, finished) = local_sync::oneshot::channel();
         let (app, handle, shared) = (self.app.clone(), self.handle.clone(), self.shared.clone());
         monoio::spawn(async move {
-            let result = match store.load(&instance.ns, &instance.id) {
+            // Claimed at the wake's epoch before the hook hydrates: a former owner's late save
+            // is refused from now on; a later owner's claim fails this (stale) wake.
+            let fence = Fence::from(&instance);
+            let result = match store.claim(&instance.ns, &instance.id, &fence) {
                 Ok(state) => app.on_wake(&handle, &instance, state).await,
-                Err(e) => Err(Error::because(Origin::Host, "loading durable state", e)),
+                Err(e) => Err(Error::because(Origin::Host, "claiming durable state", e)),
             };
             let (ns, id) = (&instance.ns, &instance.id);
             if let Err(e) = &result {

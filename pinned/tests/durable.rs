@@ -1,4 +1,6 @@
-//! Durability (contract §7) through the public API: the [`FileStore`] on real files;
+//! Durability (contract §7) through the public API: the [`FileStore`] on real files, fenced by
+//! placement epoch (a lower epoch's save refused, two writers at once ending with the higher
+//! epoch's state);
 //! `POST /{ns}/{id}/_wake` on a worker registered with a real `pinboard serve` and
 //! redis-server, sent straight to the worker attested as the node's sweep would send it; and
 //! [`Handle::schedule_wake`] end to end, `POST /registry/schedule` to the node and the node's
@@ -16,15 +18,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pinboard::store::bucket_of;
 use pinned::{
-    App, CallError, DurabilityStore, Error, FileStore, Handle, Instance, Origin, Request, Response,
-    Worker,
+    App, CallError, DurabilityStore, Error, Fence, FencedError, FileStore, Handle, Instance,
+    Origin, Request, Response, StaleEpoch, Worker,
 };
 use serde_json::{Value, json};
 use support::http::{Client, Reply};
 use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::Node;
 use support::redis::RedisServer;
-use support::{attestation, attestation_for, block_on, eventually, registered};
+use support::{attestation, attestation_for, block_on, eventually, registered, shuffled_epochs};
 
 #[test]
 fn the_file_store_round_trips_state_and_wakes() {
@@ -147,6 +149,199 @@ fn hostile_ids_stay_inside_the_directory_and_apart() {
         let name = entry.file_name().into_string().unwrap();
         assert!(!name.starts_with('.') && name.len() <= 255, "{name}");
     }
+}
+
+fn fence(digits: &str) -> Fence {
+    Fence::parse(digits).unwrap()
+}
+
+/// The refusal a fenced write from `offered` meets where `stored` is.
+fn stale(stored: &str, offered: &str) -> StaleEpoch {
+    StaleEpoch {
+        stored: fence(stored),
+        offered: fence(offered),
+    }
+}
+
+/// The `StaleEpoch` of a refused fenced write (the test fails on anything else).
+fn refused<T: std::fmt::Debug>(result: Result<T, FencedError<std::io::Error>>) -> StaleEpoch {
+    match result {
+        Err(FencedError::Stale(stale)) => stale,
+        other => panic!("not refused as stale: {other:?}"),
+    }
+}
+
+#[test]
+fn the_file_store_refuses_a_save_from_a_lower_epoch_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path()).unwrap();
+    let (ns, id) = ("/threads", "f");
+    store.save_fenced(ns, id, &fence("5"), b"five").unwrap();
+    store.schedule(ns, id, 99).unwrap();
+    // The same owner saves again; a higher epoch (the next owner) replaces it.
+    store
+        .save_fenced(ns, id, &fence("5"), b"five again")
+        .unwrap();
+    store.save_fenced(ns, id, &fence("6"), b"six").unwrap();
+    let path = store.path_of(ns, id);
+    let before = fs::read(&path).unwrap();
+    assert_eq!(before, b"pinned-durable/1 %2Fthreads.f 99 3 6\nsix");
+
+    let refusal = refused(store.save_fenced(ns, id, &fence("5"), b"late"));
+    assert_eq!(refusal, stale("6", "5"));
+    assert_eq!(refusal.to_string(), "stale epoch: stored 6, offered 5");
+    assert_eq!(fs::read(&path).unwrap(), before, "nothing written");
+    assert_eq!(store.load(ns, id).unwrap().as_deref(), Some(&b"six"[..]));
+    assert_eq!(store.scheduled(ns, id).unwrap(), Some(99));
+    let leftovers: Vec<_> = fs::read_dir(store.dir()).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "no temporary file left by the refusal");
+
+    // Past 2^53 and 2^64, and across lengths, epochs compare as numbers, never as floats or
+    // as text: 2^53 + 1 is refused after 2^53 + 2; "10" beats "9".
+    let (id2, id3) = ("big", "lengths");
+    let beyond = [
+        ("9007199254740994", "9007199254740993"),
+        ("18446744073709551616", "18446744073709551615"),
+    ];
+    for (higher, lower) in beyond {
+        store
+            .save_fenced(ns, id2, &fence(higher), higher.as_bytes())
+            .unwrap();
+        let late = store.save_fenced(ns, id2, &fence(lower), b"late");
+        assert_eq!(refused(late), stale(higher, lower));
+    }
+    let top = "18446744073709551616";
+    assert_eq!(
+        store.load(ns, id2).unwrap().as_deref(),
+        Some(top.as_bytes())
+    );
+    store.save_fenced(ns, id3, &fence("9"), b"nine").unwrap();
+    store.save_fenced(ns, id3, &fence("10"), b"ten").unwrap();
+    assert_eq!(
+        refused(store.save_fenced(ns, id3, &fence("9"), b"nine")),
+        stale("10", "9")
+    );
+    // Leading zeros are the same epoch (stored without them).
+    store
+        .save_fenced(ns, id3, &fence("0010"), b"ten again")
+        .unwrap();
+    assert!(
+        fs::read(store.path_of(ns, id3))
+            .unwrap()
+            .starts_with(b"pinned-durable/1 %2Fthreads.lengths - 9 10\n")
+    );
+}
+
+#[test]
+fn a_file_from_before_fencing_is_epoch_0_and_unfenced_calls_keep_the_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path()).unwrap();
+    let (ns, id) = ("/threads", "old");
+    // Written as the store wrote it before fencing (no epoch in the header).
+    fs::write(
+        store.path_of(ns, id),
+        b"pinned-durable/1 %2Fthreads.old 7 3\nold",
+    )
+    .unwrap();
+    store.save_fenced(ns, id, &fence("0"), b"zero").unwrap();
+    store.save_fenced(ns, id, &fence("1"), b"one").unwrap();
+    assert_eq!(
+        refused(store.save_fenced(ns, id, &fence("0"), b"zero")),
+        stale("1", "0")
+    );
+    // The calls without a fence write, and keep the stored epoch.
+    store.save(ns, id, b"unfenced").unwrap();
+    store.schedule(ns, id, 8).unwrap();
+    store.cancel(ns, id).unwrap();
+    assert_eq!(
+        fs::read(store.path_of(ns, id)).unwrap(),
+        b"pinned-durable/1 %2Fthreads.old - 8 1\nunfenced"
+    );
+    // Removed, the state and the wake go, the fence stays: a former owner cannot save the
+    // instance back.
+    store.remove(ns, id).unwrap();
+    assert_eq!(store.load(ns, id).unwrap(), None);
+    assert_eq!(
+        fs::read(store.path_of(ns, id)).unwrap(),
+        b"pinned-durable/1 %2Fthreads.old - - 1\n"
+    );
+    assert_eq!(
+        refused(store.save_fenced(ns, id, &fence("0"), b"back")),
+        stale("1", "0")
+    );
+    assert_eq!(store.load(ns, id).unwrap(), None);
+}
+
+#[test]
+fn a_claim_fences_off_earlier_owners_before_the_new_one_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path()).unwrap();
+    let (ns, id) = ("/threads", "c");
+    assert_eq!(store.claim(ns, id, &fence("3")).unwrap(), None);
+    assert!(
+        store.path_of(ns, id).exists(),
+        "a claim with nothing saved is kept"
+    );
+    store.save_fenced(ns, id, &fence("3"), b"three").unwrap();
+    // The next owner hydrates at 4: the state, and from now on 3 is refused.
+    assert_eq!(
+        store.claim(ns, id, &fence("4")).unwrap().as_deref(),
+        Some(&b"three"[..])
+    );
+    assert_eq!(
+        refused(store.save_fenced(ns, id, &fence("3"), b"late")),
+        stale("4", "3")
+    );
+    assert_eq!(refused(store.claim(ns, id, &fence("3"))), stale("4", "3"));
+    // Claiming again at the same epoch writes nothing.
+    let path = store.path_of(ns, id);
+    let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&path).unwrap());
+    assert_eq!(
+        store.claim(ns, id, &fence("4")).unwrap().as_deref(),
+        Some(&b"three"[..])
+    );
+    let again = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&path).unwrap());
+    assert_eq!(inode, again, "not rewritten");
+}
+
+#[test]
+fn two_stores_writing_at_once_end_with_the_highest_epochs_state() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two stores on one directory, as two worker processes have: only the directory's flock
+    // keeps one's check and write from interleaving with the other's.
+    let writers: Vec<_> = (0..2u64)
+        .map(|writer| {
+            let store = FileStore::open(dir.path()).unwrap();
+            std::thread::spawn(move || {
+                let mut written = 0;
+                for epoch in shuffled_epochs(writer, 150) {
+                    let state = format!("{writer}:{epoch}");
+                    let at = fence(&epoch.to_string());
+                    match store.save_fenced("/t", "x", &at, state.as_bytes()) {
+                        Ok(()) => written += 1,
+                        Err(FencedError::Stale(stale)) => assert!(stale.stored > at, "{stale}"),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                written
+            })
+        })
+        .collect();
+    let written: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(
+        written >= 2,
+        "each wrote at least its highest epoch or below it"
+    );
+    let store = FileStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.load("/t", "x").unwrap().as_deref(),
+        Some(&b"1:300"[..]),
+        "the highest epoch's state stands"
+    );
+    assert_eq!(
+        refused(store.save_fenced("/t", "x", &fence("299"), b"late")),
+        stale("300", "299")
+    );
 }
 
 const ACCOUNT: &str = "acct-1";

@@ -1,7 +1,9 @@
 //! The example worker binary against a real `pinboard serve` and redis-server: it prints its
 //! address and session, counts and echoes through the node, and on SIGTERM releases and
 //! deregisters before exiting 0. With a shared `--durable-dir`, a ticker outlives the worker
-//! it ran on: SIGKILLed, the node's sweep wakes it on another.
+//! it ran on: SIGKILLed, the node's sweep wakes it on another; and a worker paused past its
+//! lease that resumes and saves is refused by the store (fenced by epoch), the new owner's
+//! state standing.
 //!
 //! Needs the `pinboard` binary next to this test (see `support/node.rs`).
 
@@ -14,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pinboard::store::bucket_of;
-use pinned::{DurabilityStore, FileStore};
+use pinned::{DurabilityStore, Fence, FileStore};
 use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
 use support::layout::{SHARDS, end_cold_start, keys};
@@ -378,12 +380,21 @@ fn signal(example: &Example, signal: &str) {
     assert!(sent.unwrap().success(), "kill -{signal} {pid}");
 }
 
+/// The lease of [`short_lease_node`]: what a paused worker is stopped past.
+const SHORT_LEASE: Duration = Duration::from_millis(2000);
+
+/// A redis-server and a node on it with a [`SHORT_LEASE`], its cold start ended.
+fn short_lease_node() -> (RedisServer, Node) {
+    let redis = RedisServer::start();
+    let lease = SHORT_LEASE.as_millis().to_string();
+    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", &lease)]);
+    end_cold_start(&redis);
+    (redis, node)
+}
+
 #[test]
 fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
-    let redis = RedisServer::start();
-    let lease = Duration::from_millis(2000);
-    let node = Node::start(&redis.url(), &[("PINBOARD_LEASE_TTL_MS", "2000")]);
-    end_cold_start(&redis);
+    let (_redis, node) = short_lease_node();
     let workers = [
         Example::start_as(&node, "example-1", &[]),
         Example::start_as(&node, "example-2", &[]),
@@ -402,7 +413,7 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
     signal(&workers[owner], "STOP");
     let addr = node.addr;
     let waiting = std::thread::spawn(move || get(addr, "/threads/p/count", None));
-    std::thread::sleep(lease + Duration::from_millis(500));
+    std::thread::sleep(SHORT_LEASE + Duration::from_millis(500));
     // Past the lease the registry places the instance on the other worker.
     assert!(
         eventually(Duration::from_secs(10), || {
@@ -423,6 +434,107 @@ fn a_worker_paused_past_its_lease_serves_nothing_when_it_wakes() {
         late.status,
         late.text()
     );
+}
+
+/// `PUT path` with `body` through the node at `addr`.
+fn put(addr: SocketAddr, path: &str, body: &str) -> support::http::Reply {
+    let raw = format!(
+        "PUT {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    Client::connect(addr).request(raw.as_bytes())
+}
+
+/// Issue 28's paused former owner, with nothing faked: two example workers share one durable
+/// directory. The owner of `/threads/n` is SIGSTOPped while it holds a note it is about to
+/// save, past its lease; the node places the instance on the other worker at a higher epoch,
+/// which saves its own note. SIGCONTed, the former owner saves its late note with its old
+/// epoch: the store refuses it, and the new owner's note stands.
+#[test]
+fn a_paused_former_owners_late_save_is_refused_and_the_new_owners_note_stands() {
+    let (redis, node) = short_lease_node();
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("notes");
+    let durable = ["--durable-dir", store_dir.to_str().unwrap()];
+    let former = Example::start_as(&node, "example-1", &durable);
+    let logs = |workers: &[&Example]| {
+        let logs: Vec<String> = workers.iter().map(|w| w.log().join("\n")).collect();
+        format!("{}\n--- workers ---\n{}", node.log(), logs.join("\n---\n"))
+    };
+    let logged = |worker: &Example, what: &str| {
+        let needle = format!("{what} ns=/threads id=n ");
+        worker.log().iter().any(|line| line.contains(&needle))
+    };
+
+    // The only worker yet takes the note, and waits 1.5 s before saving it: it is paused then.
+    let addr = node.addr;
+    let late = std::thread::spawn(move || put(addr, "/threads/n/note?after_ms=1500", "late"));
+    assert!(
+        eventually(Duration::from_secs(10), || logged(&former, "note saving")),
+        "{}",
+        logs(&[&former])
+    );
+    signal(&former, "STOP");
+    let placements = keys().placements(bucket_of("n", SHARDS), "default", "/threads");
+    let row = redis.cli(&["HGET", &placements.to_string(), "n"]);
+    let former_epoch = serde_json::from_str::<Value>(&row).unwrap()["epoch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Past its lease, the instance is placed on the other worker, at a higher epoch, which
+    // saves its own note.
+    let heir = Example::start_as(&node, "example-2", &durable);
+    std::thread::sleep(SHORT_LEASE + Duration::from_millis(500));
+    let mut saved = None;
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let reply = put(node.addr, "/threads/n/note", "heir");
+            let done = reply.status == 200;
+            saved = Some(reply);
+            done
+        }),
+        "{saved:?}\n{}",
+        logs(&[&heir])
+    );
+    let saved = saved.unwrap().json();
+    let heir_epoch = saved["epoch"].as_str().unwrap().to_owned();
+    assert_eq!(saved["saved"], true);
+    assert!(logged(&heir, "note saved"), "{}", logs(&[&heir]));
+    let (at_former, at_heir) = (
+        Fence::parse(&former_epoch).unwrap(),
+        Fence::parse(&heir_epoch).unwrap(),
+    );
+    assert!(at_heir > at_former, "{heir_epoch} after {former_epoch}");
+
+    // The former owner resumes and saves its late note at its old epoch: refused.
+    signal(&former, "CONT");
+    let refusal = format!("stale epoch: stored {heir_epoch}, offered {former_epoch}");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            logged(&former, "note refused") && former.log().iter().any(|l| l.contains(&refusal))
+        }),
+        "{}",
+        logs(&[&former, &heir])
+    );
+    assert!(!logged(&former, "note saved"), "{}", logs(&[&former]));
+    // Its answer is withheld (its lease lapsed): the node answers the late request a 503.
+    let late = late.join().unwrap();
+    assert_ne!(late.status, 200, "{late:?}");
+
+    // The heir's note stands, in the store and through the node.
+    let store = FileStore::open(&store_dir).unwrap();
+    assert_eq!(
+        store.load("/threads", "n").unwrap().as_deref(),
+        Some(&b"heir"[..])
+    );
+    let header = format!("pinned-durable/1 %2Fthreads.n - 4 {heir_epoch}\nheir");
+    assert_eq!(
+        std::fs::read(store.path_of("/threads", "n")).unwrap(),
+        header.as_bytes()
+    );
+    let read = get(node.addr, "/threads/n/note", None);
+    assert_eq!(read.json(), json!({ "note": "heir" }), "{}", logs(&[&heir]));
 }
 
 #[test]

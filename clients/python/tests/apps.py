@@ -20,6 +20,12 @@ test-only routes outside every namespace (the middleware hands them to the app u
 got, the wakes `on_wake` got, how WebSockets ended), `POST /_test/call`
 (`worker.release/tag/schedule_wake/cancel_wake`, the outcome or the error as JSON) and
 `POST /_test/wake-hook` (make `on_wake` wait or fail).
+
+With a store, an instance also keeps a note in it: `PUT /{ns}/{id}/note[?after_ms=N]` saves the
+body fenced at the request's epoch after waiting N ms (a slow save, where a pause can fall):
+`{"saved": true, "epoch"}`, or 409 `{"detail": "stale epoch: stored S, offered O"}` once the
+instance was placed elsewhere at a later epoch that saved or claimed it; `GET` reads it. Each
+step (`saving`, `saved`, `refused`) is recorded for `/_test/info`.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class Recorder:
         self.websockets: list[dict[str, Any]] = []
         """How each WebSocket of the app ended: its path, and the code its disconnect said
         (or the error its send raised)."""
+        self.notes: list[dict[str, Any]] = []
+        """What the note route did: `{"id", "epoch", "step", "detail"?}`."""
 
     async def on_event(self, worker: pinboard_worker.Worker, event: pinboard_worker.Event) -> None:
         self.events.append(event_json(event))
@@ -137,6 +145,7 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
                 "messages": [dataclasses.asdict(m) for m in worker.messages()],
                 "wakes": recorder.wakes,
                 "websockets": recorder.websockets,
+                "notes": recorder.notes,
             }
         )
 
@@ -176,6 +185,25 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
         recorder.fail = bool(body["fail"])
         return JSONResponse({})
 
+    async def note(request: Request) -> JSONResponse:
+        room = pinboard_worker.instance(request)
+        store = worker.store
+        assert store is not None, "the note route needs a store"
+        if request.method == "GET":
+            saved = store.load(room.ns, room.id)
+            return JSONResponse({"note": None if saved is None else saved.decode("latin-1")})
+        body = await request.body()
+        step = {"id": room.id, "epoch": room.epoch}
+        recorder.notes.append({**step, "step": "saving"})
+        await asyncio.sleep(int(request.query_params.get("after_ms", "0")) / 1000)
+        try:
+            store.save_fenced(room.ns, room.id, pinboard_worker.Fence.of(room), body)
+        except pinboard_worker.StaleEpochError as stale:
+            recorder.notes.append({**step, "step": "refused", "detail": str(stale)})
+            return JSONResponse({"detail": str(stale)}, status_code=409)
+        recorder.notes.append({**step, "step": "saved"})
+        return JSONResponse({"saved": True, "epoch": room.epoch})
+
     async def serve(request: Request) -> JSONResponse:
         return JSONResponse(instance_json(request, worker))
 
@@ -208,6 +236,7 @@ def starlette_app(worker: pinboard_worker.Worker, recorder: Recorder) -> Starlet
             Route("/_test/wake-hook", wake_hook, methods=["POST"]),
             WebSocketRoute("/{ns}/{id}/ws", echo),
             WebSocketRoute("/{ns}/{id}/ticks", ticks),
+            Route("/{ns}/{id}/note", note, methods=["GET", "PUT"]),
             Route("/{ns}/{id}{rest:path}", serve, methods=methods),
         ]
     )

@@ -1,15 +1,20 @@
 """`FileStore` on real files (naming with hostile ids, the `pinned-durable/1` format the Rust
-library writes too, whole-file reads, atomic writes) and `Wakes`, one hook at a time."""
+library writes too, whole-file reads, atomic writes, fenced saves and claims refusing a lower
+epoch, two processes saving at once) and `Wakes`, one hook at a time."""
 
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support import shared_inputs
 
+from pinboard_worker import Fence, StaleEpochError
 from pinboard_worker.durable import DONE_KEPT, Begin, DurabilityStore, FileStore, Wakes, file_name
 
 
@@ -124,7 +129,10 @@ def test_hostile_ids_stay_inside_the_directory_and_apart(tmp_path: Path) -> None
         b"pinned-durable/2 %2Ft.a - 1\nx",  # another format
         b"pinned-durable/1 %2Ft.a x 1\nx",  # a wake that is not a number
         b"pinned-durable/1 %2Ft.a - +1\nx",
-        b"pinned-durable/1 %2Ft.a 5 1 extra\nx",
+        b"pinned-durable/1 %2Ft.a 5 1 extra\nx",  # an epoch that is not digits
+        b"pinned-durable/1 %2Ft.a 5 1 -1\nx",
+        b"pinned-durable/1 %2Ft.a 5 1 \nx",  # an empty epoch
+        b"pinned-durable/1 %2Ft.a 5 1 7 8\nx",  # a sixth field
         b"pinned-durable/1 %2Ft.a 5 1",  # no header line end
         b"pinned-durable/1 %2Ft.a 18446744073709551616 -\n",  # past u64, as Rust reads it
         b"pinned-durable/1 %2Ft.a " + b"9" * 5000 + b" -\n",  # past int()'s digit limit
@@ -162,6 +170,135 @@ def test_a_write_goes_to_a_temporary_file_renamed_over_the_old(tmp_path: Path) -
     leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-"))
     assert leftovers == [".tmp-0123456789abcdef"]
     assert os.listdir(blocked) == []
+
+
+def _refused(stored: str, offered: str, write: Callable[[], object]) -> None:
+    """Runs `write`, which must be refused as from `offered` where `stored` is."""
+    with pytest.raises(StaleEpochError) as refusal:
+        write()
+    assert str(refusal.value) == f"stale epoch: stored {stored}, offered {offered}"
+    assert (refusal.value.stored, refusal.value.offered) == (Fence(stored), Fence(offered))
+
+
+def test_the_file_store_refuses_a_save_from_a_lower_epoch_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    ns, id = "/threads", "f"
+    store.save_fenced(ns, id, Fence("5"), b"five")
+    store.schedule(ns, id, 99)
+    # The same owner saves again; a higher epoch (the next owner) replaces it.
+    store.save_fenced(ns, id, Fence("5"), b"five again")
+    store.save_fenced(ns, id, Fence("6"), b"six")
+    path = store.path_of(ns, id)
+    before = path.read_bytes()
+    assert before == b"pinned-durable/1 %2Fthreads.f 99 3 6\nsix", "the Rust library's header"
+
+    _refused("6", "5", lambda: store.save_fenced(ns, id, Fence("5"), b"late"))
+    assert path.read_bytes() == before, "nothing written"
+    assert (store.load(ns, id), store.scheduled(ns, id)) == (b"six", 99)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name], "no temporary file left"
+
+    # Past 2^53 and 2^64, and across lengths, epochs compare as numbers, never as floats or as
+    # text: 2^53 + 1 is refused after 2^53 + 2; "10" beats "9".
+    store.save_fenced(ns, "big", Fence("9007199254740994"), b"a")
+    _refused(
+        "9007199254740994",
+        "9007199254740993",
+        lambda: store.save_fenced(ns, "big", Fence("9007199254740993"), b"b"),
+    )
+    store.save_fenced(ns, "big", Fence("18446744073709551616"), b"c")
+    _refused(
+        "18446744073709551616",
+        "18446744073709551615",
+        lambda: store.save_fenced(ns, "big", Fence("18446744073709551615"), b"d"),
+    )
+    assert store.load(ns, "big") == b"c"
+    store.save_fenced(ns, "lengths", Fence("9"), b"nine")
+    store.save_fenced(ns, "lengths", Fence("10"), b"ten")
+    _refused("10", "9", lambda: store.save_fenced(ns, "lengths", Fence("9"), b"nine"))
+    # Leading zeros are the same epoch (stored without them).
+    store.save_fenced(ns, "lengths", Fence("0010"), b"ten again")
+    assert store.path_of(ns, "lengths").read_bytes() == (
+        b"pinned-durable/1 %2Fthreads.lengths - 9 10\nten again"
+    )
+    # An epoch of a thousand digits still compares (no int(), no float).
+    huge = "9" * 1000
+    store.save_fenced(ns, "huge", Fence(huge), b"h")
+    _refused(
+        huge, "1" + "0" * 998, lambda: store.save_fenced(ns, "huge", Fence("1" + "0" * 998), b"x")
+    )
+    assert FileStore(tmp_path).load(ns, "huge") == b"h", "read back by another store"
+
+
+def test_a_file_from_before_fencing_is_epoch_0_and_unfenced_calls_keep_the_epoch(
+    tmp_path: Path,
+) -> None:
+    store = FileStore(tmp_path)
+    ns, id = "/threads", "old"
+    # Written as the store wrote it before fencing (no epoch in the header).
+    path = store.path_of(ns, id)
+    path.write_bytes(b"pinned-durable/1 %2Fthreads.old 7 3\nold")
+    store.save_fenced(ns, id, Fence("0"), b"zero")
+    assert path.read_bytes() == b"pinned-durable/1 %2Fthreads.old 7 4\nzero", "0: no field"
+    store.save_fenced(ns, id, Fence("1"), b"one")
+    _refused("1", "0", lambda: store.save_fenced(ns, id, Fence("0"), b"zero"))
+    # The calls without a fence write, and keep the stored epoch.
+    store.save(ns, id, b"unfenced")
+    store.schedule(ns, id, 8)
+    store.cancel(ns, id)
+    assert path.read_bytes() == b"pinned-durable/1 %2Fthreads.old - 8 1\nunfenced"
+    # Removed, the state and the wake go, the fence stays: a former owner cannot save the
+    # instance back.
+    store.remove(ns, id)
+    assert store.load(ns, id) is None
+    assert path.read_bytes() == b"pinned-durable/1 %2Fthreads.old - - 1\n"
+    _refused("1", "0", lambda: store.save_fenced(ns, id, Fence("0"), b"back"))
+    assert store.load(ns, id) is None
+
+
+def test_a_claim_fences_off_earlier_owners_before_the_new_one_saves(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    ns, id = "/threads", "c"
+    assert store.claim(ns, id, Fence("3")) is None
+    path = store.path_of(ns, id)
+    assert path.read_bytes() == b"pinned-durable/1 %2Fthreads.c - - 3\n", "kept, nothing saved"
+    store.save_fenced(ns, id, Fence("3"), b"three")
+    # The next owner hydrates at 4: the state, and from now on 3 is refused.
+    assert store.claim(ns, id, Fence("4")) == b"three"
+    _refused("4", "3", lambda: store.save_fenced(ns, id, Fence("3"), b"late"))
+    _refused("4", "3", lambda: store.claim(ns, id, Fence("3")))
+    # Claiming again at the same epoch writes nothing.
+    inode = path.stat().st_ino
+    assert store.claim(ns, id, Fence("04")) == b"three"
+    assert path.stat().st_ino == inode, "not rewritten"
+
+
+def _save_shuffled(directory: Path, writer: int, count: int) -> int:
+    """One process's saves to `/t/x` at epochs `writer + 1`, `writer + 3`, ... shuffled (out
+    of order, as late writes are): how many were written. Refusals must name a higher epoch."""
+    store = FileStore(directory)
+    epochs = [2 * n + writer + 1 for n in range(count)]
+    random.Random(writer).shuffle(epochs)
+    written = 0
+    for epoch in epochs:
+        try:
+            store.save_fenced("/t", "x", Fence(str(epoch)), f"{writer}:{epoch}".encode())
+            written += 1
+        except StaleEpochError as stale:
+            assert stale.stored > Fence(str(epoch)), stale
+    return written
+
+
+def test_two_processes_saving_at_once_end_with_the_highest_epochs_state(tmp_path: Path) -> None:
+    # Two processes, a store each on one directory, as two workers have: only the directory's
+    # flock keeps one's check and write from interleaving with the other's.
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        written = pool.starmap(_save_shuffled, [(tmp_path, 0, 150), (tmp_path, 1, 150)])
+    assert sum(written) >= 1, written  # the first write of a key is never refused
+    store = FileStore(tmp_path)
+    assert store.load("/t", "x") == b"1:300", "the highest epoch's state stands"
+    _refused("300", "299", lambda: store.save_fenced("/t", "x", Fence("299"), b"late"))
 
 
 def test_one_wake_at_a_time_and_its_outcome_once() -> None:

@@ -18,6 +18,17 @@
 //! either fails the hook, and the sweep sends the wake again); the node's durability
 //! sweep sends it to whichever worker holds the instance then, placing it first if none does.
 //!
+//! An instance can also keep a note in the store (its durable state, in place of a ticker's):
+//! - `PUT /{ns}/{id}/note[?after_ms=N]`  saves the body, fenced at the request's epoch, after
+//!   waiting N ms (at most 60000; a slow save, where a pause can fall): `{"saved":true,
+//!   "epoch"}`, or 409 `{"detail":"stale epoch: stored S, offered O"}` when the instance has
+//!   been placed elsewhere since, at a later epoch, and the new owner claimed or saved it
+//! - `GET /{ns}/{id}/note`  `{"note"}` as the store holds it (`null` when none)
+//!
+//! Every save (tick or note) is fenced by the placement epoch (`DurabilityStore::save_fenced`):
+//! a worker paused past its lease that resumes and saves is refused, and the new owner's state
+//! stands.
+//!
 //! With `--serve-log FILE` it appends one JSON line per instance request it answered (instance,
 //! session, epoch, start and end in wall-clock µs, status): what `scripts/chaos`'s ownership
 //! checker reads.
@@ -50,13 +61,15 @@ use clap::Parser;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Method, StatusCode};
 use pinned::{
-    App, Config, DriverKind, Error, Event, FileStore, Handle, Instance, Origin, Request, Response,
-    Takeover, Worker,
+    App, Config, DriverKind, DurabilityStore, Error, Event, Fence, FencedError, FileStore, Handle,
+    Instance, Origin, Request, Response, Takeover, Worker,
 };
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
 const MAX_ECHO: usize = 1024 * 1024;
+/// The longest wait a note's save may ask for (`after_ms`).
+const MAX_NOTE_DELAY_MS: u64 = 60_000;
 
 #[derive(Parser)]
 #[command(
@@ -263,7 +276,7 @@ impl Counters {
                 Ok(json!({ "ticks": ticks, "nextWakeMs": next }))
             }),
             (Method::POST, "/ticker") => match ticks() {
-                Ok(ticks) => self.tick(worker, ns, id, ticks.unwrap_or(0)).await,
+                Ok(ticks) => self.tick(worker, instance, ticks.unwrap_or(0)).await,
                 Err(e) => Err(e),
             },
             (Method::DELETE, "/ticker") => {
@@ -280,7 +293,62 @@ impl Counters {
         Some(answer)
     }
 
-    /// The example's own routes: the ticker's, then the counter's and echo's.
+    /// The note routes: `PUT` saves the body fenced at the request's epoch (after `after_ms`),
+    /// `GET` reads it.
+    async fn note(
+        &self,
+        store: &dyn DurabilityStore,
+        instance: &Instance,
+        req: &mut Request<'_>,
+    ) -> Response {
+        let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        let answer = |status, body: Value| Response::json_value(status, &body);
+        match req.method().clone() {
+            Method::GET => match store.load(ns, id) {
+                Ok(note) => {
+                    let note = note.map(|n| String::from_utf8_lossy(&n).into_owned());
+                    answer(StatusCode::OK, json!({ "note": note }))
+                }
+                Err(e) => answer(StatusCode::BAD_GATEWAY, json!({ "detail": e.to_string() })),
+            },
+            Method::PUT => {
+                let Some(after_ms) = note_delay(req.head.uri.query()) else {
+                    let detail = format!("after_ms: expected 0-{MAX_NOTE_DELAY_MS}");
+                    return answer(StatusCode::BAD_REQUEST, json!({ "detail": detail }));
+                };
+                let note = match req.read_body(MAX_ECHO).await {
+                    Ok(body) => body,
+                    Err(e) => {
+                        let detail = json!({ "detail": e.to_string() });
+                        return answer(StatusCode::PAYLOAD_TOO_LARGE, detail).closing();
+                    }
+                };
+                let epoch = instance.epoch.as_str();
+                info!(%ns, %id, %epoch, after_ms, "note saving");
+                monoio::time::sleep(Duration::from_millis(after_ms)).await;
+                match store.save_fenced(ns, id, &Fence::from(instance), &note) {
+                    Ok(()) => {
+                        info!(%ns, %id, %epoch, "note saved");
+                        answer(StatusCode::OK, json!({ "saved": true, "epoch": epoch }))
+                    }
+                    Err(FencedError::Stale(stale)) => {
+                        warn!(%ns, %id, %stale, "note refused");
+                        answer(StatusCode::CONFLICT, json!({ "detail": stale.to_string() }))
+                    }
+                    Err(FencedError::Store(e)) => {
+                        answer(StatusCode::BAD_GATEWAY, json!({ "detail": e.to_string() }))
+                    }
+                }
+            }
+            _ => answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({ "detail": "method not allowed" }),
+            )
+            .header(http::header::ALLOW, HeaderValue::from_static("GET, PUT")),
+        }
+    }
+
+    /// The example's own routes: the ticker's and the note's, then the counter's and echo's.
     async fn answer(
         &self,
         worker: &Handle,
@@ -288,6 +356,11 @@ impl Counters {
         req: &mut Request<'_>,
     ) -> Result<Response, Error> {
         let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
+        if let Some(store) = worker.store()
+            && instance.rest == "/note"
+        {
+            return Ok(self.note(store.as_ref(), instance, req).await);
+        }
         match self.ticker(worker, instance, req.method()).await {
             Some(Ok(answer)) => return Ok(Response::json_value(StatusCode::OK, &answer)),
             Some(Err(detail)) => {
@@ -351,10 +424,17 @@ impl Counters {
         }
     }
 
-    /// Schedules the next tick, then saves `ticks`. In that order a failure of either leaves
-    /// the wake to be sent again (the hook fails) without a tick counted twice: a failed
-    /// schedule saved nothing, a failed save counts the tick at the next wake.
-    async fn tick(&self, worker: &Handle, ns: &str, id: &str, ticks: u64) -> Result<Value, String> {
+    /// Schedules the next tick, then saves `ticks` fenced at the instance's epoch. In that
+    /// order a failure of either leaves the wake to be sent again (the hook fails) without a
+    /// tick counted twice: a failed schedule saved nothing, a failed save counts the tick at
+    /// the next wake (on this worker, or on the later owner that refused it).
+    async fn tick(
+        &self,
+        worker: &Handle,
+        instance: &Instance,
+        ticks: u64,
+    ) -> Result<Value, String> {
+        let (ns, id) = (instance.ns.as_str(), instance.id.as_str());
         let store = worker.store().ok_or("no durability store")?;
         let next = SystemTime::now() + self.tick;
         worker
@@ -363,12 +443,25 @@ impl Counters {
             .map_err(|e| format!("scheduling the next tick: {e}"))?;
         let state = json!({ "ticks": ticks }).to_string();
         store
-            .save(ns, id, state.as_bytes())
+            .save_fenced(ns, id, &Fence::from(instance), state.as_bytes())
             .map_err(|e| e.to_string())?;
         let next_ms = next
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         Ok(json!({ "ticks": ticks, "nextWakeMs": next_ms }))
+    }
+}
+
+/// A note's `after_ms` from the query (0 without one); `None` when it is not a number up to
+/// [`MAX_NOTE_DELAY_MS`].
+fn note_delay(query: Option<&str>) -> Option<u64> {
+    let value = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("after_ms="));
+    match value {
+        None => Some(0),
+        Some(ms) => ms.parse().ok().filter(|&ms| ms <= MAX_NOTE_DELAY_MS),
     }
 }
 
@@ -427,7 +520,7 @@ impl App for Counters {
         let Some(ticks) = state.as_deref().and_then(read_ticks) else {
             return Ok(());
         };
-        match self.tick(worker, ns, id, ticks + 1).await {
+        match self.tick(worker, instance, ticks + 1).await {
             Ok(_) => {
                 info!(%ns, %id, ticks = ticks + 1, "tick");
                 Ok(())

@@ -91,3 +91,16 @@ pub fn attestation_for(
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
     jsonwebtoken::encode(&header, &claims, &key).unwrap()
 }
+
+/// One writer's epochs in a race of two fenced writers (`writer` 0 or 1): `writer + 1`,
+/// `writer + 3`, … (`count` of them, none the other's), shuffled by a fixed seed: out of order,
+/// as late writes are.
+pub fn shuffled_epochs(writer: u64, count: u64) -> Vec<u64> {
+    let mut epochs: Vec<u64> = (0..count).map(|n| 2 * n + writer + 1).collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ writer;
+    for i in (1..epochs.len()).rev() {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        epochs.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+    epochs
+}

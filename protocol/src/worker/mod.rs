@@ -2,6 +2,8 @@
 //! on monoio, and `pinned-tower`, on tokio) decide alike, each doing its own I/O around it.
 //!
 //! - [`attest`]: `Pinboard-Attestation` verification; [`epoch`]: placement epochs;
+//! - [`fencing`]: the epoch as a fencing token for the worker's own storage, and the
+//!   conditional writes (SQLite, Redis) that refuse a former owner's late write;
 //! - [`held`]: the sharded map of held instances and the admission it decides under a
 //!   [`Gate`](held::Gate); [`state`]: the session, lease, challenges and flags;
 //! - [`serve`]: the routes a worker serves and the checks before its application sees a
@@ -18,6 +20,7 @@ pub mod attest;
 pub mod control;
 pub mod credential;
 pub mod epoch;
+pub mod fencing;
 pub mod goodbye;
 pub mod held;
 #[cfg(any(test, feature = "mint"))]

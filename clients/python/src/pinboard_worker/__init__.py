@@ -11,6 +11,7 @@ from .attestation import Attestation
 from .config import Config, ConfigError
 from .control import CredentialRefused
 from .durable import DurabilityStore, FileStore
+from .fencing import Fence, FencedRedis, FencedTable, StaleEpochError
 from .registry import BadAnswer, CallError, NoSession, NoStore, NotHeld, Refused, Unreachable
 from .serve import EXIT_CREDENTIAL_REFUSED, EXIT_NOT_STARTED, EXIT_SUPERSEDED, serve
 from .types import (
@@ -40,6 +41,9 @@ __all__ = [
     "DurabilityStore",
     "Event",
     "Evicted",
+    "Fence",
+    "FencedRedis",
+    "FencedTable",
     "FileStore",
     "Held",
     "Instance",
@@ -50,6 +54,7 @@ __all__ = [
     "PinnedMiddleware",
     "Refused",
     "Registered",
+    "StaleEpochError",
     "Status",
     "Superseded",
     "Unreachable",

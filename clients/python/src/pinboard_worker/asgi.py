@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from . import attestation, epoch
 from .attestation import Attestation, Binding, InvalidAttestation
 from .durable import Begin
+from .fencing import Fence
 from .goodbye import Close, Goodbye, WebSocketClosed
 from .held import Admission
 from .types import Instance
@@ -366,7 +367,9 @@ class PinnedMiddleware:
         try:
             store = worker.config.durability
             assert store is not None
-            saved = store.load(inst.ns, inst.id)
+            # Claimed at the wake's epoch before the hook hydrates: a former owner's late save
+            # is refused from now on; a later owner's claim fails this (stale) wake.
+            saved = store.claim(inst.ns, inst.id, Fence.of(inst))
             if worker.on_wake is not None:
                 await worker.on_wake(worker, inst, saved)
             ok = True
