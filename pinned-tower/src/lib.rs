@@ -48,6 +48,7 @@ pub use pinboard_protocol::Takeover;
 pub use pinboard_protocol::worker::attest::Attestation;
 pub use pinboard_protocol::worker::control::{Event, Registration};
 pub use pinboard_protocol::worker::epoch::Epoch;
+pub use pinboard_protocol::worker::fencing::{Fence, FencedError, StaleEpoch};
 pub use pinboard_protocol::worker::goodbye::{Close, Goodbye};
 pub use pinboard_protocol::worker::serve::Instance;
 pub use pinboard_protocol::worker::serve::Status;
