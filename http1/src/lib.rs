@@ -4,8 +4,9 @@
 //! httparse into reused storage, bodies streamed with explicit caps, answers written by hand, the per-connection loop), the
 //! one-shot client to a worker ([`fetch`]), TLS on either end ([`tls`], over a [`Transport`]), the one error type both sides report failures
 //! with ([`error`]), a core's [`Shutdown`] signal, a listening socket's accepts and stop ([`Listening`]), the
-//! event-loop [`DriverKind`], and where a tunnelled WebSocket stream's frames end
-//! ([`FrameBoundaries`]), so that the node's close frame goes between two of them.
+//! event-loop [`DriverKind`], where a tunnelled WebSocket stream's frames end
+//! ([`FrameBoundaries`]), so that the node's close frame goes between two of them, and the
+//! PROXY protocol header a balancer sends first ([`proxy_protocol`]).
 //!
 //! No framework: a router sees a [`Request`] and returns a [`Response`].
 
