@@ -29,20 +29,43 @@ import re
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import attestation, epoch
 from .attestation import Attestation, Binding, InvalidAttestation
-from .durable import Begin
+from .config import Config
+from .durable import Begin, Wakes
 from .fencing import Fence
 from .goodbye import Close, Goodbye, WebSocketClosed
 from .held import Admission
+from .state import State
 from .types import Instance
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
 log = logging.getLogger("pinboard_worker")
+
+
+class Served(Protocol):
+    """What the middleware needs of the worker behind it, and all it touches. `Worker` is one
+    and builds the middleware (`worker.asgi(app)`): this module imports nothing of worker.py."""
+
+    config: Config
+    advertise_url: str
+    wakes: Wakes
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def secret(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self, graceful: bool = True) -> None: ...
+
+    async def woken(self, inst: Instance, saved: bytes | None) -> None:
+        """A claimed `_wake`'s stored state handed to the application (its `on_wake`)."""
+        ...
+
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -113,8 +136,11 @@ def method_not_allowed(allow: bytes) -> Answer:
     return Answer(405, "method not allowed", [(b"allow", allow)])
 
 
-class PinnedMiddleware:
-    def __init__(self, app: ASGIApp, worker: Worker) -> None:
+W = TypeVar("W", bound=Served)
+
+
+class PinnedMiddleware(Generic[W]):
+    def __init__(self, app: ASGIApp, worker: W) -> None:
         self.app = app
         self.worker = worker
         self.key = attestation.Key(worker.secret.encode())
@@ -370,8 +396,7 @@ class PinnedMiddleware:
             # Claimed at the wake's epoch before the hook hydrates: a former owner's late save
             # is refused from now on; a later owner's claim fails this (stale) wake.
             saved = store.claim(inst.ns, inst.id, Fence.of(inst))
-            if worker.on_wake is not None:
-                await worker.on_wake(worker, inst, saved)
+            await worker.woken(inst, saved)
             ok = True
         except Exception:
             log.exception("wake of %s/%s at %s failed", inst.ns, inst.id, inst.epoch)

@@ -14,6 +14,7 @@ from .control import CredentialRefused
 
 if TYPE_CHECKING:
     from .asgi import PinnedMiddleware
+    from .worker import Worker
 
 EXIT_SUPERSEDED = 1
 """A higher-epoch registration of the same hostname displaced the worker (as `pinned-example`
@@ -26,7 +27,7 @@ EXIT_CREDENTIAL_REFUSED = 4
 
 
 def serve(
-    app: PinnedMiddleware, *, sockets: list[socket.socket] | None = None, **options: Any
+    app: PinnedMiddleware[Worker], *, sockets: list[socket.socket] | None = None, **options: Any
 ) -> int:
     """Serves `app` (what `worker.asgi(...)` returns) with uvicorn, `options` going to
     `uvicorn.Config` (`host`, `port`, `timeout_graceful_shutdown`, ...) and `sockets` already

@@ -14,8 +14,9 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .asgi import ASGIApp, PinnedMiddleware
 from .config import Config
 from .control import Control, CredentialRefused
 from .credential import Credential
@@ -23,9 +24,6 @@ from .durable import DurabilityStore, Wakes
 from .registry import CallError, NoSession, NoStore, NotHeld, Registry
 from .state import State
 from .types import Event, Instance, Message, Status
-
-if TYPE_CHECKING:
-    from .asgi import ASGIApp, PinnedMiddleware
 
 log = logging.getLogger("pinboard_worker")
 
@@ -133,11 +131,14 @@ class Worker:
         assert self._state.session is not None
         return self._state.session
 
-    def asgi(self, app: ASGIApp) -> PinnedMiddleware:
+    def asgi(self, app: ASGIApp) -> PinnedMiddleware[Worker]:
         """`app` behind this worker's middleware: the ASGI application to serve."""
-        from .asgi import PinnedMiddleware
-
         return PinnedMiddleware(app, self)
+
+    async def woken(self, inst: Instance, saved: bytes | None) -> None:
+        """A claimed `_wake`'s stored state, handed to `on_wake` (the middleware calls it)."""
+        if self.on_wake is not None:
+            await self.on_wake(self, inst, saved)
 
     # --- what the application reads and sets ---------------------------------------------
 
