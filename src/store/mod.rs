@@ -928,7 +928,8 @@ mod tests {
     /// of the crates split out of `src/` (`http1/`, `protocol/`).
     #[test]
     fn no_key_is_named_outside_the_store() {
-        // A key is a prefix (`…}`) with a name after it, or a hash tag.
+        // A key is a prefix (`…}`) with a name after it, a hash tag, or the literal suffix the
+        // store concatenates after a namespace (quoted, so `Waker::wake` is no hit).
         let fragments = [
             "{r}",
             "}sessions",
@@ -944,9 +945,9 @@ mod tests {
             "}nsw:",
             "}boot_time",
             "}epoch",
-            ":placements",
-            ":overwritten",
-            ":wake",
+            "\":placements\"",
+            "\":overwritten\"",
+            "\":wake\"",
             "}ledger",
         ];
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
