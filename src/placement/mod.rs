@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use crate::redis::{Reply, Text};
 use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RESOLVE};
-use crate::store::{Release, Store, bucket_of};
+use crate::store::{Release, Store, WindDown, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -351,7 +351,7 @@ pub async fn tell_inherited_wind_down(
     placement: &Placement,
 ) -> Result<(), Error> {
     if let Some(fence) = placement.inherited_wind_down {
-        let message = [(ns.to_owned(), id.to_owned(), Some(fence))];
+        let message = [WindDown::new(ns, id, Some(fence))];
         store
             .push_wind_downs(&placement.session_id, &message)
             .await?;
