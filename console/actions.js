@@ -1,5 +1,5 @@
-// The operator's acts — drain (cordon or timed), undrain, wind down an id or a namespace —
-// each behind a confirmation that says what will happen, each result (the node's answer, or
+// The operator's acts — drain (cordon or timed), undrain, wind down an id or a namespace,
+// move one instance to a named worker, pause and resume one instance — each behind a confirmation that says what will happen, each result (the node's answer, or
 // its refusal with the node's error string) shown in the dialog and in the Actions page's
 // results. The Fleet and Instances pages start their acts through `act` too.
 
@@ -115,30 +115,74 @@ export function windDown(namespace, id, deadline, env, done) {
   });
 }
 
+// The body naming one instance: env only when given (hostname-aware mode).
+function instanceBody(namespace, id, env) {
+  return env ? { namespace, id, env } : { namespace, id };
+}
+
+export function move(namespace, id, to, deadline, env, done) {
+  const within = deadline === null ? "one lease" : `${deadline} s (at least one lease)`;
+  act({
+    title: `Move ${namespace}/${id}`,
+    says: `Move instance ${namespace}/${id} to worker ${to}: its owner is told to let go within ${within}, and its next placement goes to ${to} when that worker is live, serves the namespace and is not draining; otherwise (the answer's "to" is null) to the usual choice.`,
+    run: () => post("move", { ...instanceBody(namespace, id, env), to, deadline }),
+    done,
+  });
+}
+
+export function pause(namespace, id, reason, env, done) {
+  const body = instanceBody(namespace, id, env);
+  if (reason) {
+    body.reason = reason;
+  }
+  act({
+    title: `Pause ${namespace}/${id}`,
+    says: `Pause instance ${namespace}/${id}: every node answers its requests 503 "instance paused" until it is resumed. Its placement stays as it is (an id not placed is not placed meanwhile).`,
+    run: () => post("pause", body),
+    done,
+  });
+}
+
+export function resume(namespace, id, env, done) {
+  act({
+    title: `Resume ${namespace}/${id}`,
+    says: `Resume instance ${namespace}/${id}: the nodes serve it again (place it, if it has no placement).`,
+    run: () => post("resume", instanceBody(namespace, id, env)),
+    done,
+  });
+}
+
 function seconds(input) {
   const text = input.value.trim();
   return text === "" ? null : Number(text);
 }
 
+// Runs `run(field, form, event)` on a form's submit: `field(name)` is a field's value, trimmed.
+function onSubmit(formId, run) {
+  byId(formId).addEventListener("submit", (e) => {
+    e.preventDefault();
+    const form = e.target.elements;
+    run((name) => form[name].value.trim(), form, e);
+  });
+}
+
 export function setUp() {
-  byId("drain-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    const form = e.target.elements;
+  onSubmit("drain-form", (field, form) => {
     const timed = form.mode.value === "timed";
-    drain(form.clientId.value.trim(), timed ? seconds(form.deadline) ?? 0 : null);
+    drain(field("clientId"), timed ? seconds(form.deadline) ?? 0 : null);
   });
-  byId("undrain-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    undrain(e.target.elements.clientId.value.trim());
+  onSubmit("undrain-form", (field) => undrain(field("clientId")));
+  onSubmit("move-form", (field, form) =>
+    move(field("namespace"), field("id"), field("to"), seconds(form.deadline), field("env")),
+  );
+  onSubmit("pause-form", (field, form, e) => {
+    if (e.submitter && e.submitter.value === "resume") {
+      resume(field("namespace"), field("id"), field("env"));
+    } else {
+      pause(field("namespace"), field("id"), field("reason"), field("env"));
+    }
   });
-  byId("wind-down-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    const form = e.target.elements;
-    windDown(
-      form.namespace.value.trim(),
-      form.id.value.trim(),
-      seconds(form.deadline),
-      form.env.value.trim(),
-    );
-  });
+  onSubmit("wind-down-form", (field, form) =>
+    windDown(field("namespace"), field("id"), seconds(form.deadline), field("env")),
+  );
 }

@@ -1,16 +1,18 @@
 // The Instances page: placements found by namespace, id prefix and tag (the overview's
 // filters), a page at a time (`limit` and the node's `next` cursor: a million placements are
-// never read at once), and one instance's row (`overview?ns=&id=`: owner session, epoch,
-// wind-down deadline, tag) with its ownership history where the node keeps one
-// (`/registry/history` answering 200; any other answer means no ledger, and nothing is shown).
+// never read at once), a paused badge on a paused id (listed even without an owner), and one
+// instance's row (`overview?ns=&id=`: owner session, epoch, wind-down deadline, pause, tag)
+// with its acts (wind down, pause or resume, move) and its ownership history where the node
+// keeps one (`/registry/history` answering 200; any other answer means no ledger, and nothing
+// is shown).
 
-import { windDown } from "./actions.js";
+import { move, pause, resume, windDown } from "./actions.js";
 import { get, said } from "./api.js";
 import { byId, clear, el, setText, when } from "./dom.js";
 
 let search = null; // the filters of the listing shown, and the cursor of its next page
 let pageNumber = 0;
-let shown = null; // the instance shown: {ns, id, env}
+let shown = null; // the instance shown: {ns, id, env, paused}
 
 // The overview's groups flattened: one row per placement.
 function entriesOf(overview) {
@@ -27,6 +29,11 @@ function cell(text, attrs = {}) {
   return el("td", attrs, text);
 }
 
+// An operator's pause, as the overview says it: who, when, why.
+function pauseText(paused) {
+  return `since ${when(paused.at)}${paused.by ? ` by ${paused.by}` : ""}${paused.reason ? `: ${paused.reason}` : ""}`;
+}
+
 function showPage(overview) {
   const tbody = byId("instances").tBodies[0];
   clear(tbody);
@@ -40,10 +47,11 @@ function showPage(overview) {
         cell(row.ns),
         cell(row.env),
         el("td", { class: "id" }, open),
-        cell(row.sessionId),
+        cell(row.sessionId ?? ""),
         cell(row.epoch ?? ""),
         cell(row.tag ?? "", { class: "tag" }),
         cell(row.expiry === undefined ? "" : when(row.expiry)),
+        el("td", { class: "paused" }, row.paused && el("span", { class: "badge paused", title: pauseText(row.paused) }, "paused")),
       ),
     );
   }
@@ -80,7 +88,9 @@ async function openInstance(ns, id) {
   const fields = byId("instance-fields");
   clear(fields);
   byId("instance-history").hidden = true;
-  shown = { ns, id, env: null };
+  shown = { ns, id, env: null, paused: false };
+  byId("instance-resume").hidden = true;
+  byId("instance-pause").hidden = false;
   try {
     const overview = await get("overview", { ns, id });
     const [row] = entriesOf(overview);
@@ -90,12 +100,16 @@ async function openInstance(ns, id) {
     }
     // Hostname-aware mode (rows of a hostname) names the env a wind-down acts in.
     shown.env = row.hostname ? row.env : null;
+    shown.paused = Boolean(row.paused);
+    byId("instance-resume").hidden = !shown.paused;
+    byId("instance-pause").hidden = shown.paused;
     const owner = overview.workers.find((w) => w.sessionId === row.sessionId);
-    field(fields, "owner session", row.sessionId);
+    field(fields, "owner session", row.sessionId ?? "none: paused before it was placed, or its owner is gone");
     field(fields, "owner worker", owner ? `${owner.clientId}${owner.hostname ? ` on ${owner.hostname}` : ""}` : "");
     field(fields, "env", row.env);
     field(fields, "epoch", row.epoch ?? "");
     field(fields, "wind-down deadline", row.expiry === undefined ? "none" : when(row.expiry));
+    field(fields, "paused", row.paused ? pauseText(row.paused) : "no");
     field(fields, "tag", row.tag ?? "none");
   } catch (e) {
     setText(byId("instance-error"), said(e));
@@ -150,6 +164,25 @@ export function setUp() {
     if (shown) {
       const { ns, id, env } = shown;
       windDown(ns, id, 30, env, () => openInstance(ns, id));
+    }
+  });
+  byId("instance-pause").addEventListener("click", () => {
+    if (shown) {
+      const { ns, id, env } = shown;
+      pause(ns, id, "", env, () => openInstance(ns, id));
+    }
+  });
+  byId("instance-resume").addEventListener("click", () => {
+    if (shown) {
+      const { ns, id, env } = shown;
+      resume(ns, id, env, () => openInstance(ns, id));
+    }
+  });
+  byId("instance-move").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (shown) {
+      const { ns, id, env } = shown;
+      move(ns, id, e.target.elements.to.value.trim(), null, env, () => openInstance(ns, id));
     }
   });
 }

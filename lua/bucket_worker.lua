@@ -42,7 +42,8 @@
 --
 -- Returns JSON {stale = true} when a copy to drop is in a list the caller did not declare
 -- (it re-reads and retries; nothing was written), else
--- {duplicates = [[ns, id]...], windDowns = [[ns, id, expiry]...], healed = true|false}.
+-- {duplicates = [[ns, id]...], windDowns = [[ns, id, expiry, moved]...], healed = true|false}
+-- (moved: the row names a move's successor, and its owner is told the wind-down is a move's).
 local workers, alive, memberships = KEYS[1], KEYS[2], KEYS[3]
 local op, sid = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[4])
@@ -122,7 +123,7 @@ local function reclaim(prev)
           'reclaimed')
         claimed = true
         if row.expiry then
-          wind_downs[#wind_downs + 1] = {ns, id, row.expiry}
+          wind_downs[#wind_downs + 1] = {ns, id, row.expiry, row.mv ~= nil}
         end
       end
     end

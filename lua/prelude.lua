@@ -71,6 +71,20 @@ local function owner_of(alive, workers, sid, with_hostname)
   end
 end
 
+-- The ownerless placeholder a row leaves when its owner goes (a release, the sweeper's GC of a
+-- dead owner's row, the durability sweep's retirement of one), or nil when it leaves none: a
+-- pause outlives its owner, so that no node places the id while it is paused; with
+-- `keep_move`, so does a move's successor (`mv`) with the move's fence, so that the next
+-- placement still goes to the successor. The row's hostname stays (the resurrection target).
+local function placeholder_of(row, keep_move)
+  local mv = keep_move and row.mv or nil
+  if not row.paused and not mv then
+    return nil
+  end
+  return {sessionId = '', hostname = row.hostname, paused = row.paused, mv = mv,
+    expiry = mv and row.expiry or nil}
+end
+
 -- The field of (env, ns, id) in a bucket's `ledger:last` hash: NUL between the three, which
 -- no env, namespace or id holds (src/store/keys.rs).
 local function ledger_field(env, ns, id)

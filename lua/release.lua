@@ -1,7 +1,10 @@
 -- POST /registry/release for the rows of one bucket: compare-and-delete, atomic in the
 -- bucket's slot. A row is freed only while its sessionId matches and its epoch equals the
 -- quoted one ('' quotes an epoch-less row). Each row freed is appended to the ledger
--- ('released').
+-- ('released'). A freed row that is paused, or names a move's successor, leaves an ownerless
+-- placeholder keeping the pause, the successor and the move's fence (the prelude's
+-- `placeholder_of`): the owner releases as soon as it saved its state, and the next placement
+-- must still go to the successor, or wait for a resume.
 --
 -- KEYS[1]  the bucket's ownership ledger      KEYS[2] the ledger's newest entry of each id
 -- KEYS[3…] the placements hashes the rows live in (one per (env, ns))
@@ -18,7 +21,12 @@ for i = 2, #ARGV, 6 do
   if row then
     row = cjson.decode(row)
     if row.sessionId == ARGV[i + 4] and (row.epoch or '') == ARGV[i + 5] then
-      redis.call('HDEL', placements, id)
+      local placeholder = placeholder_of(row, true)
+      if placeholder then
+        redis.call('HSET', placements, id, cjson.encode(placeholder))
+      else
+        redis.call('HDEL', placements, id)
+      end
       ledger_append(ledger, env, ns, id, ARGV[i + 5], row.sessionId, '', 'released')
       released = released + 1
     end

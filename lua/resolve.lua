@@ -39,11 +39,19 @@
 --   {'takeover-pending', remaining ms} | {'takeover-denied'}
 --   {'rate-limited', ms until the client may place} | {'namespace-full'}: a new placement
 --   refused, nothing written
+--   {'paused'}: an operator paused the id (the row's `paused`): nothing is placed or
+--   forwarded, whoever owns it, and nothing is written
 --
 -- A new placement, and a takeover's fence, are appended to the ownership ledger (the
 -- prelude's helper) in the same call: 'placed' (no row, or a live owner's row past its
 -- wind-down fence), 're-placed-dead-owner', 'woken' (the durability sweep's placeholder),
--- 'takeover'. A steady request writes nothing.
+-- 'takeover', 'moved' (to the successor an operator's move named, `by` the operator). A
+-- steady request writes nothing.
+--
+-- A row naming a move's successor (`mv`: {to = sessionId, by = the operator's sub}, written by
+-- wind_down.lua, kept by a release in an ownerless placeholder) is placed on that session when
+-- it is among the candidates, else as any other; the new row drops `mv`, and does not inherit
+-- the move's fence (it fenced the old owner, not the instance).
 local placements, workers, overwritten, list, boot_key, epoch_key, alive =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local id, hostname = ARGV[1], ARGV[2]
@@ -57,6 +65,10 @@ local raw = redis.call('HGET', placements, id)
 local old, owned, owner_live, contested
 if raw then
   old = cjson.decode(raw)
+  -- A paused id is answered before anything else, steady or not: the row is read anyway.
+  if old.paused then
+    return {'paused'}
+  end
   owned = type(old.sessionId) == 'string' and old.sessionId ~= ''
   -- The owner's liveness entry, not its whole copy: no JSON decoded for a live owner. A copy
   -- without one (written before liveness entries existed) is read as before.
@@ -169,20 +181,31 @@ if #candidates == 0 then
 end
 table.sort(candidates, function(a, b) return a.sid < b.sid end)
 
--- 5. Affinity, honoured while the preferred worker's headroom >= mean / balance factor.
+-- 5. A move's successor, when it is a candidate (the operator named it, whatever its headroom).
+local successor = old and old.mv and old.mv.to
+local chosen
+if successor then
+  for _, c in ipairs(candidates) do
+    if c.sid == successor then
+      chosen = c
+    end
+  end
+end
+local moved = chosen ~= nil
+
+-- Else affinity, honoured while the preferred worker's headroom >= mean / balance factor.
 local total = 0
 for _, c in ipairs(candidates) do
   total = total + c.headroom
 end
 local floor = (total / #candidates) / balance
-local chosen
-if preferred ~= '' then
+if not chosen and preferred ~= '' then
   for _, c in ipairs(candidates) do
     if c.sid == preferred and c.headroom >= floor then
       chosen = c
     end
   end
-elseif affinity ~= '' then
+elseif not chosen and affinity ~= '' then
   local best, best_score
   for _, c in ipairs(candidates) do
     local score = redis.sha1hex(affinity .. '\0' .. c.sid)
@@ -219,21 +242,24 @@ local row = {sessionId = chosen.sid, epoch = epoch}
 if hostname ~= '' then
   row.hostname = hostname
 end
--- A wind-down fence outlives its owner: the replacement owner inherits it (and is told).
+-- A wind-down fence outlives its owner: the replacement owner inherits it (and is told). A
+-- move's fence was the old owner's alone.
 local fence = ''
-if old and old.expiry and old.expiry > now then
+if old and old.expiry and old.expiry > now and not old.mv then
   row.expiry = old.expiry
   fence = string.format('%d', old.expiry)
 end
 redis.call('HSET', placements, id, cjson.encode(row))
--- A placeholder (sessionId '') is the durability sweep's: the id is woken. A live owner's
--- row replaced here is past its wind-down fence.
-local reason = 'placed'
-if old and not owned then
+-- A placeholder (sessionId '') without a move is the durability sweep's: the id is woken. A
+-- live owner's row replaced here is past its wind-down fence.
+local reason, by = 'placed', nil
+if moved then
+  reason, by = 'moved', {'by', old.mv.by or ''}
+elseif old and not owned and not old.mv then
   reason = 'woken'
 elseif owned and not owner_live then
   reason = 're-placed-dead-owner'
 end
-ledger_entry(epoch, owned and old.sessionId or '', chosen.sid, reason)
+ledger_entry(epoch, owned and old.sessionId or '', chosen.sid, reason, by)
 return {'placed', chosen.sid, row.epoch, owned and '1' or '0', fence,
   chosen.advertiseUrl, chosen.secret}

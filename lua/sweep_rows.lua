@@ -15,10 +15,13 @@
 -- the wake schedule or the row's wind-down fence has not passed. The lease of grace is the
 -- one the registry gives a dead record before pruning it: a worker that re-registers within
 -- it (after a Redis or network outage) still reclaims its rows. Each owned row deleted is
--- appended to the ledger ('swept'); a placeholder had no owner to lose.
+-- appended to the ledger ('swept'); a placeholder had no owner to lose. A paused row is never
+-- deleted: a dead owner's is retired to an ownerless placeholder keeping the pause (the
+-- prelude's `placeholder_of`), a paused placeholder stays until a resume. A move's successor
+-- (`mv`) keeps its row a lease past the move's fence, for the successor to be placed on.
 -- 'markers': deletes each overwritten marker whose id has no row.
 --
--- Returns the number deleted.
+-- Returns the number deleted (a dead owner's paused row retired counts as one).
 local placements, overwritten, wake, alive, workers = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = now_ms()
 local lease = tonumber(ARGV[2])
@@ -40,9 +43,15 @@ for i = 6, #ARGV do
         expiry = owner_of(alive, workers, row.sessionId)
       end
       local owner_dead = not expiry or expiry + lease < now
-      local fenced = row.expiry and row.expiry > now
+      local fenced = row.expiry and row.expiry + (row.mv and lease or 0) > now
       if owner_dead and not fenced and not redis.call('ZSCORE', wake, id) then
-        deleted = deleted + redis.call('HDEL', placements, id)
+        local placeholder = placeholder_of(row, false)
+        if not placeholder then
+          deleted = deleted + redis.call('HDEL', placements, id)
+        elseif owned then
+          redis.call('HSET', placements, id, cjson.encode(placeholder))
+          deleted = deleted + 1
+        end
         if owned then
           ledger_append(ledger, ARGV[4], ARGV[5], id, row.epoch or '', row.sessionId, '', 'swept')
         end

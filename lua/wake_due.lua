@@ -4,8 +4,10 @@
 -- {"sessionId":"","hostname":H}, H the hostname of its last row (the resurrection target),
 -- so that a resolve from that hostname places it. A dead owner's row it replaces is listed
 -- on the overwritten hash as a resolve would list it, and an unexpired wind-down fence stays
--- on the placeholder, for the new owner to inherit. A dead owner's row it replaces is appended
--- to the ledger ('woken', to no owner); the placement that follows is resolve.lua's ('woken').
+-- on the placeholder, for the new owner to inherit; so do a pause (the placeholder is then
+-- not placed until a resume) and a move's successor (`mv`, for the placement to go to). A
+-- dead owner's row it replaces is appended to the ledger ('woken', to no owner); the
+-- placement that follows is resolve.lua's ('woken', or 'moved').
 --
 -- KEYS[1]  the placements hash of (env, ns)   KEYS[2] the overwritten hash of (env, ns)
 -- KEYS[3]  the bucket's liveness entries      KEYS[4] the bucket's worker copies
@@ -35,7 +37,7 @@ for i = 4, #ARGV do
     local target = row.hostname or owner_hostname or ''
     hostnames[#hostnames + 1] = target
     if owned or not raw then
-      local placeholder = {sessionId = '', hostname = target}
+      local placeholder = {sessionId = '', hostname = target, paused = row.paused, mv = row.mv}
       if row.expiry and row.expiry > now then
         placeholder.expiry = row.expiry
       end

@@ -183,6 +183,12 @@ fn retry_later(status: StatusCode, message: &str, remaining: Duration) -> Respon
     )
 }
 
+/// 503 `instance paused` + `Retry-After: 1`: an operator paused the id
+/// (`POST /registry/pause`); every node answers it so until a resume.
+pub fn instance_paused() -> Response {
+    unavailable("instance paused", Duration::ZERO)
+}
+
 /// 503 `registry unavailable, retry` + `Retry-After: 1`: Redis could not be asked.
 pub fn registry_unavailable() -> Response {
     unavailable("registry unavailable, retry", Duration::ZERO)

@@ -30,7 +30,7 @@ use crate::{operator, proxy, registry};
 /// The scope a worker's credential carries: the worker protocol routes.
 pub const WORKER_SCOPE: &str = "pinboard:worker";
 /// The scope an operator's credential carries: health, views, histories, drains, wind-downs,
-/// metrics.
+/// moves, pauses, metrics.
 pub const OPERATOR_SCOPE: &str = "pinboard:operator";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,9 @@ enum Name {
     Drain,
     Undrain,
     WindDown,
+    Move,
+    Pause,
+    Resume,
 }
 
 /// Where a route's path is matched.
@@ -99,7 +102,7 @@ const fn route(path: &'static str, scope: &'static str, method: Takes, name: Nam
 const FORWARDED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH";
 
 /// Every route the node answers itself.
-const ROUTES: [Route; 17] = [
+const ROUTES: [Route; 20] = [
     Route {
         path: "/healthz",
         mount: Mount::Root,
@@ -196,6 +199,14 @@ const ROUTES: [Route; 17] = [
         OPERATOR_SCOPE,
         Takes::Post,
         Name::WindDown,
+    ),
+    route("/registry/move", OPERATOR_SCOPE, Takes::Post, Name::Move),
+    route("/registry/pause", OPERATOR_SCOPE, Takes::Post, Name::Pause),
+    route(
+        "/registry/resume",
+        OPERATOR_SCOPE,
+        Takes::Post,
+        Name::Resume,
     ),
 ];
 
@@ -472,6 +483,9 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Name::Drain => "operator drain",
         Name::Undrain => "operator undrain",
         Name::WindDown => "operator wind_down",
+        Name::Move => "operator move",
+        Name::Pause => "operator pause",
+        Name::Resume => "operator resume",
         _ => "",
     };
     let answered = match route.name {
@@ -490,6 +504,9 @@ async fn call(core: &Core, req: &mut Request<'_>, route: &Route) -> Handled {
         Name::Drain => operator::drain(core, req, credential, &mut act).await,
         Name::Undrain => operator::undrain(core, req, credential, &mut act).await,
         Name::WindDown => operator::wind_down(core, req, credential, &mut act).await,
+        Name::Move => operator::move_instance(core, req, credential, &mut act).await,
+        Name::Pause => operator::pause(core, req, credential, &mut act).await,
+        Name::Resume => operator::resume(core, req, credential, &mut act).await,
         Name::Healthz | Name::Readyz => unreachable!("open routes are answered above"),
     };
     if !act_name.is_empty() {

@@ -1,6 +1,6 @@
 //! `pinboard ctl` end to end: the real binary asking a real node (real redis-server, hand-made
 //! workers registered and placed on through the node's own routes) for its workers,
-//! placements and health, and draining, undraining and winding down; its tables, `--json`
+//! placements and health, and draining, undraining, winding down, moving, pausing and resuming; its tables, `--json`
 //! documents, exit codes and every refusal line, the node's exact error strings included.
 
 mod support;
@@ -51,6 +51,14 @@ struct Ctl {
 }
 
 impl Ctl {
+    /// `pinboard ctl` for `f`'s node with an operator credential over every namespace (`ops`).
+    fn operator(f: &Fixture) -> Ctl {
+        Ctl {
+            url: f.node.url(),
+            token: token("ops", &["pinboard:operator"], &["*"]),
+        }
+    }
+
     fn run(&self, args: &[&str]) -> Run {
         let mut all = vec!["--url", self.url.as_str()];
         all.extend_from_slice(args);
@@ -79,6 +87,19 @@ impl Ctl {
         serde_json::from_str(&out)
             .unwrap_or_else(|e| panic!("{args:?}: one JSON document? {e}: {out}"))
     }
+}
+
+/// A warm node with two hand-made workers registered as `w1` and `w2`: the fixture, the workers
+/// (kept for as long as they serve) and their sessions.
+fn fleet_of_two() -> (Fixture, [TestWorker; 2], [String; 2]) {
+    let f = Fixture::new(&[]);
+    f.warm();
+    let workers = [TestWorker::start("ctl-w1"), TestWorker::start("ctl-w2")];
+    let sessions = [
+        f.registered(&workers[0], "w1"),
+        f.registered(&workers[1], "w2"),
+    ];
+    (f, workers, sessions)
 }
 
 /// The stderr line of `run`, which must have exited `code`, printed nothing on stdout, one line
@@ -150,11 +171,7 @@ fn last_line(text: &str) -> &str {
 
 #[test]
 fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
-    let f = Fixture::new(&[]);
-    f.warm();
-    let (w1, w2) = (TestWorker::start("ctl-w1"), TestWorker::start("ctl-w2"));
-    let s1 = f.registered(&w1, "w1");
-    let s2 = f.registered(&w2, "w2");
+    let (f, _workers, [s1, s2]) = fleet_of_two();
     let placed = [
         "/threads/a1/x",
         "/threads/a2/x",
@@ -171,10 +188,7 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
         json!({"sessionId": s1, "epoch": "1", "tag": "ws:W"}),
     );
     f.put_row("/threads", "t8", json!({"sessionId": s2, "epoch": "1"}));
-    let ops = Ctl {
-        url: f.node.url(),
-        token: token("ops", &["pinboard:operator"], &["*"]),
-    };
+    let ops = Ctl::operator(&f);
 
     // workers: both, each with its session, namespaces, state and lease.
     let out = ops.ok(&["workers"]);
@@ -422,6 +436,102 @@ fn an_operator_sees_and_steers_a_fleet_from_the_command_line() {
     let out = docs_only.ok(&["instances"]);
     assert_eq!(last_line(&out), "1 instance", "{out}");
     assert_eq!(table(&out)[0]["NAMESPACE"], "/docs");
+}
+
+#[test]
+fn an_operator_moves_pauses_and_resumes_one_instance_from_the_command_line() {
+    let (f, _workers, [s1, s2]) = fleet_of_two();
+    f.put_row("/threads", "m1", json!({"sessionId": s1, "epoch": "1"}));
+    let ops = Ctl::operator(&f);
+
+    // move: the successor's session named on the row, under a fence of one lease at least.
+    assert_eq!(
+        ops.ok(&["move", "/threads/m1", "--to", "w2"]),
+        format!(
+            "queued: move of /threads/m1 to w2 (session {}): its owner lets go within one lease, then it is placed there\n",
+            &s2[..8]
+        )
+    );
+    let moved = f.row("/threads", "m1").unwrap();
+    assert_eq!(moved["mv"]["to"], json!(s2), "{moved}");
+    assert!(moved["expiry"].as_u64().unwrap() > pinboard::clock::now_ms());
+    // To a client that cannot take it: still fenced, the successor no longer named.
+    assert_eq!(
+        ops.ok(&["move", "/threads/m1", "--to", "nobody", "--deadline", "90"]),
+        "queued: move of /threads/m1: its owner lets go within 1m30s (one lease at least); nobody cannot take it (unknown, draining, degraded or not serving it), so it is placed as any other\n"
+    );
+    let fenced = f.row("/threads", "m1").unwrap();
+    assert!(fenced.get("mv").is_none(), "{fenced}");
+    assert!(fenced["expiry"].as_u64().unwrap() > pinboard::clock::now_ms() + 80_000);
+    // An id without a placement: nothing queued; --json is the node's answer.
+    assert_eq!(
+        ops.ok(&["move", "/threads/none", "--to", "w2"]),
+        "nothing queued: /threads/none has no placement\n"
+    );
+    assert_eq!(
+        ops.json(&["move", "/threads/none", "--to", "w2"]),
+        json!({"queued": false, "to": s2})
+    );
+    assert!(f.row("/threads", "none").is_none());
+    assert_eq!(
+        ops.refused(&["move", "/threads", "--to", "w2"], 2),
+        "pinboard ctl: move \"/threads\": expected /NS/ID"
+    );
+    assert_eq!(
+        ops.refused(&["move", "/threads/a b", "--to", "w2"], 1),
+        "pinboard ctl: 400 invalid instance id"
+    );
+
+    // pause: the data plane answers 503; the listing shows the pause, an unplaced id too.
+    assert_eq!(
+        ops.ok(&["pause", "/threads/p1", "--reason", "incident 7"]),
+        "paused: /threads/p1 answers 503 on every node until it is resumed\n"
+    );
+    let refused = get(f.node.addr, "/threads/p1/x", None);
+    assert_eq!(
+        (refused.status, refused.json()),
+        (503, json!({"error": "instance paused"}))
+    );
+    let out = ops.ok(&["instances", "--ns", "/threads"]);
+    let listed = row(&table(&out), "ID", "p1").clone();
+    assert_eq!(
+        (&*listed["SESSION"], &*listed["CLIENT"]),
+        ("-", "-"),
+        "{out}"
+    );
+    assert!(listed["PAUSED"].ends_with(": incident 7"), "{out}");
+    assert_eq!(row(&table(&out), "ID", "m1")["PAUSED"], "-", "{out}");
+    let overview = ops.json(&["instances", "--ns", "/threads"]);
+    let entries = overview["namespaces"][0]["entries"].as_array().unwrap();
+    let paused = entries.iter().find(|e| e["id"] == "p1").unwrap();
+    assert_eq!(paused["sessionId"], Value::Null, "{overview}");
+    assert_eq!(
+        (&paused["paused"]["by"], &paused["paused"]["reason"]),
+        (&json!("ops"), &json!("incident 7"))
+    );
+    // Out of scope, and a bad target.
+    let docs_only = Ctl {
+        url: ops.url.clone(),
+        token: token("ops-docs", &["pinboard:operator"], &["/docs"]),
+    };
+    assert_eq!(
+        docs_only.refused(&["resume", "/threads/p1"], 1),
+        "pinboard ctl: 403 namespace not allowed: /threads"
+    );
+    assert_eq!(
+        ops.refused(&["pause", "threads/p1"], 2),
+        "pinboard ctl: pause \"threads/p1\": expected /NS/ID"
+    );
+
+    // resume: served (placed) again, and no longer listed as paused.
+    assert_eq!(
+        ops.ok(&["resume", "/threads/p1"]),
+        "resumed: /threads/p1 is served again\n"
+    );
+    assert_eq!(get(f.node.addr, "/threads/p1/x", None).status, 200);
+    let out = ops.ok(&["instances", "--ns", "/threads", "--prefix", "p1"]);
+    assert_eq!(table(&out)[0]["PAUSED"], "-", "{out}");
+    assert_ne!(table(&out)[0]["SESSION"], "-", "{out}");
 }
 
 #[test]

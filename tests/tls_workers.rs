@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use serde_json::json;
@@ -18,7 +18,7 @@ use support::certs::{Ca, Pair};
 use support::fleet::Fixture;
 use support::http::{Client, Reply, get};
 use support::node::{eventually, token};
-use support::process::{Output, sibling_binary};
+use support::process::{Output, PinnedExample};
 use support::tls_front::TlsFront;
 use support::worker::{Serve, TestWorker, TunnelEnd};
 
@@ -221,24 +221,19 @@ struct Example {
 
 impl Example {
     fn start(f: &Fixture, client_id: &str, pair: &Pair) -> Example {
-        let bin = sibling_binary(
-            "pinned-example",
-            "PINNED_EXAMPLE_BIN",
-            "cargo build -p pinned --bin pinned-example",
-        );
-        let mut child = Command::new(bin)
-            .args(["--registry", &f.node.url(), "--namespaces", "/threads"])
-            .args(["--client-id", client_id])
-            .args(["--tls-cert-file", pair.cert_str()])
-            .args(["--tls-key-file", pair.key_str()])
-            .env("PINNED_TOKEN", &f.token)
-            .env("PINNED_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn pinned-example");
-        let output = Output::capture(&mut child);
+        let tls = [
+            "--tls-cert-file",
+            pair.cert_str(),
+            "--tls-key-file",
+            pair.key_str(),
+        ];
+        let example = PinnedExample {
+            bin: &PinnedExample::sibling(),
+            registry: &f.node.url(),
+            namespaces: "/threads",
+            client_id,
+        };
+        let (child, output) = example.spawn(&tls, &[("PINNED_TOKEN", &f.token)]);
         Example { child, output }
     }
 

@@ -1,7 +1,8 @@
 """The operator console in a real browser against the real stack (conftest.py): signing in,
 the two workers on Fleet, finding an instance by prefix and opening its row, cordoning a worker
-and undraining it, winding an instance down, a refusal for an out-of-scope credential, the
-charts drawn, hostile values shown as text, and the console on the metrics listener.
+and undraining it, winding an instance down, pausing one and resuming it, a refusal for an
+out-of-scope credential, the charts drawn, hostile values shown as text, and the console on
+the metrics listener.
 
 `CONSOLE_SCREENSHOT=docs/console.png` makes the Fleet test write the README's screenshot."""
 
@@ -198,6 +199,59 @@ def test_wind_down_an_instance(console: Console, stack: Stack, page: Page) -> No
     expect(page.locator("#results li").first).to_contain_text(
         'Wind down /threads/inst-5: {"queued":true}'
     )
+    no_page_errors(console)
+
+
+def test_pause_an_instance_then_resume_it(
+    console: Console, stack: Stack, page: Page
+) -> None:
+    epoch = stack.epoch_of("/threads", "inst-7")
+    search(page, prefix="inst-7")
+    page.locator("#instances td.id button", has_text="inst-7").click()
+    paused = page.locator("#instance-fields [data-field=paused]")
+    expect(paused).to_have_text("no")
+    expect(page.locator("#instance-resume")).to_be_hidden()
+    page.click("#instance-pause")
+    expect(page.locator("#confirm-says")).to_contain_text(
+        'Pause instance /threads/inst-7: every node answers its requests 503 "instance paused"'
+    )
+    page.click("#confirm-go")
+    expect(paused).to_contain_text("by ops")
+    expect(page.locator("#instance-resume")).to_be_visible()
+    expect(page.locator("#instance-pause")).to_be_hidden()
+    # The data plane refuses it; the owner keeps it.
+    refused = stack.node.get("/threads/inst-7/hello")
+    assert refused.status_code == 503, refused.text
+    assert refused.json() == {"error": "instance paused"}
+    assert refused.headers["retry-after"] == "1"
+    row = stack.redis.row("/threads", "inst-7")
+    assert row is not None and row["epoch"] == epoch and row["paused"]["by"] == "ops", (
+        row
+    )
+    # The listing's badge.
+    search(page, prefix="inst-7")
+    badge = page.locator("#instances tbody tr td.paused .badge")
+    expect(badge).to_have_text("paused")
+
+    # Resumed from the Actions page: served again, at the same epoch, no badge.
+    page.click("nav a[data-page=actions]")
+    form = page.locator("#pause-form")
+    form.locator("input[name=namespace]").fill("/threads")
+    form.locator("input[name=id]").fill("inst-7")
+    form.locator("button[value=resume]").click()
+    expect(page.locator("#confirm-says")).to_contain_text(
+        "Resume instance /threads/inst-7"
+    )
+    page.click("#confirm-go")
+    expect(page.locator("#results li").first).to_contain_text(
+        'Resume /threads/inst-7: {"ok":true}'
+    )
+    served = stack.node.get("/threads/inst-7/hello")
+    assert served.status_code == 200, served.text
+    assert stack.epoch_of("/threads", "inst-7") == epoch
+    search(page, prefix="inst-7")
+    expect(page.locator("#instances tbody tr")).to_have_count(1)
+    expect(badge).to_have_count(0)
     no_page_errors(console)
 
 

@@ -10,7 +10,8 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use serde_json::{Value, json};
 use support::http::{Client, get, post_json};
 use support::layout::{SHARDS, end_cold_start, keys};
 use support::node::{Node, token};
-use support::process::Output;
+use support::process::{Output, PinnedExample, ticks_logged};
 use support::redis::RedisServer;
 use support::tokens::{expiring_worker_token, replace_token};
 use support::{eventually, workers};
@@ -49,20 +50,13 @@ impl Example {
     /// A worker registered as `client_id` with `extra` arguments and the credential `env`
     /// gives (`PINNED_TOKEN` or `PINNED_TOKEN_FILE`).
     fn launch(node: &Node, client_id: &str, extra: &[&str], env: &[(&str, &str)]) -> Example {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pinned-example"))
-            .args(["--registry", &node.url(), "--namespaces", "/threads,/docs"])
-            .args(["--client-id", client_id])
-            .args(extra)
-            .env_remove("PINNED_TOKEN")
-            .env_remove("PINNED_TOKEN_FILE")
-            .envs(env.iter().copied())
-            .env("PINNED_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn pinned-example");
-        let Output { lines, log } = Output::capture(&mut child);
+        let example = PinnedExample {
+            bin: Path::new(env!("CARGO_BIN_EXE_pinned-example")),
+            registry: &node.url(),
+            namespaces: "/threads,/docs",
+            client_id,
+        };
+        let (child, Output { lines, log }) = example.spawn(extra, env);
         let line = |prefix: &str| {
             let line = lines
                 .recv_timeout(Duration::from_secs(15))
@@ -262,20 +256,9 @@ fn a_durable_dir_serves_wake_and_tickers() {
     assert_eq!(example.terminate(), Some(0));
 }
 
-/// The ticks `example` logged for `/threads/{id}`, in order (`tick ns=… id=… ticks=N`, one
-/// per `_wake` it ran).
-fn ticks_logged(example: &Example, id: &str) -> Vec<u64> {
-    let instance = format!(" ns=/threads id={id} ");
-    example
-        .log()
-        .iter()
-        .filter(|line| line.contains(" tick ") && line.contains(&instance))
-        .filter_map(|line| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix("ticks="))
-        })
-        .map(|n| n.parse().unwrap())
-        .collect()
+/// The ticks `example` logged for `/threads/{id}`, in order.
+fn ticks(example: &Example, id: &str) -> Vec<u64> {
+    ticks_logged(&example.log(), id)
 }
 
 /// Contract §7 end to end, with nothing faked: two example workers share one durable
@@ -337,19 +320,19 @@ fn a_ticker_outlives_its_killed_worker_with_nobody_asking() {
         "{}",
         logs(&workers)
     );
-    assert!(!ticks_logged(&workers[owner], "tick").is_empty());
-    assert!(ticks_logged(&workers[heir], "tick").is_empty());
+    assert!(!ticks(&workers[owner], "tick").is_empty());
+    assert!(ticks(&workers[heir], "tick").is_empty());
 
     workers[owner].kill();
     let at_kill = saved().expect("a saved ticker");
     // From here on nobody asks the node for the instance: only its sweep can wake it.
     let continued = eventually(Duration::from_secs(60), || {
         saved().is_some_and(|ticks| ticks >= at_kill + 2)
-            && ticks_logged(&workers[heir], "tick").len() >= 2
+            && ticks(&workers[heir], "tick").len() >= 2
     });
     assert!(continued, "at the kill: {at_kill}\n{}", logs(&workers));
     // On the heir, from the dead worker's last saved count, one tick per wake.
-    let on_heir = ticks_logged(&workers[heir], "tick");
+    let on_heir = ticks(&workers[heir], "tick");
     let expected: Vec<u64> = (at_kill + 1..).take(on_heir.len()).collect();
     assert_eq!(on_heir, expected, "{}", logs(&workers));
     assert_eq!(owner_session().as_ref(), Some(&workers[heir].session));

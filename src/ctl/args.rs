@@ -9,7 +9,8 @@ use super::Failure;
 /// The credential from the environment (empty is unset): out of `ps` and shell history.
 const TOKEN_ENV: &str = "PINBOARD_TOKEN";
 
-/// Ask a running node: its workers, placements and health; drain, undrain, wind down.
+/// Ask a running node: its workers, placements and health; drain, undrain, wind down, move,
+/// pause and resume.
 #[derive(clap::Args)]
 pub struct CtlArgs {
     /// Print the node's JSON answer as it came (one document, for scripts) instead of a table.
@@ -60,7 +61,8 @@ pub enum CtlCommand {
     /// List the live workers: client id, hostname, session, namespaces, headroom, drain,
     /// degraded since and the lease left.
     Workers,
-    /// List the live placements: namespace, id, owner, env, wind-down deadline and tag.
+    /// List the live placements (and paused ids): namespace, id, owner, env, wind-down
+    /// deadline, pause and tag.
     Instances {
         /// Only this namespace (/threads).
         #[arg(long, value_name = "NS")]
@@ -105,24 +107,81 @@ pub enum CtlCommand {
         #[arg(long)]
         yes: bool,
     },
+    /// Move one placement (/NS/ID) to another worker: fence it like a wind-down, name the
+    /// successor, and tell the owner; once the owner lets go, the next placement goes to the
+    /// successor when it can take it (else to the normal choice).
+    Move {
+        /// The placement, /NS/ID.
+        #[arg(value_name = "/NS/ID")]
+        target: String,
+        /// The successor worker's client id.
+        #[arg(long, value_name = "CLIENT")]
+        to: String,
+        /// Seconds the owner has to let go (at least one lease; without it, one lease).
+        #[arg(long, value_name = "SECONDS")]
+        deadline: Option<u64>,
+        /// The env the placement lives in (hostname-aware mode, where it is required).
+        #[arg(long)]
+        env: Option<String>,
+    },
+    /// Pause one instance (/NS/ID): every node answers it 503 until it is resumed; its
+    /// placement, if any, stays as it is.
+    Pause {
+        /// The instance, /NS/ID (placed or not).
+        #[arg(value_name = "/NS/ID")]
+        target: String,
+        /// Why, for whoever lists it.
+        #[arg(long)]
+        reason: Option<String>,
+        /// The env the instance lives in (hostname-aware mode, where it is required).
+        #[arg(long)]
+        env: Option<String>,
+    },
+    /// Resume a paused instance (/NS/ID): it is served (or placed) again.
+    Resume {
+        /// The instance, /NS/ID.
+        #[arg(value_name = "/NS/ID")]
+        target: String,
+        /// The env the instance lives in (hostname-aware mode, where it is required).
+        #[arg(long)]
+        env: Option<String>,
+    },
     /// The node's own view of itself: ready, connections, quarantine, uptime, memory and
     /// resolutions by outcome.
     Health,
 }
 
-/// What `wind-down` acts on.
+/// What `wind-down` acts on (and, with an id, `move`, `pause`, `resume`).
 #[derive(Debug, PartialEq, Eq)]
-pub struct WindDownTarget<'a> {
+pub struct Target<'a> {
     pub namespace: &'a str,
     /// `None`: every placement of the namespace.
     pub id: Option<&'a str>,
 }
 
-impl WindDownTarget<'_> {
+impl Target<'_> {
     /// `/NS` or `/NS/ID` (the id is everything after the namespace's segment: the node judges
     /// it), or a usage error.
-    pub fn parse(target: &str) -> Result<WindDownTarget<'_>, Failure> {
-        let bad = || Failure::Usage(format!("wind-down {target:?}: expected /NS or /NS/ID"));
+    pub fn parse(target: &str) -> Result<Target<'_>, Failure> {
+        Self::of("wind-down", target, "/NS or /NS/ID")
+    }
+
+    /// `/NS/ID` for `verb` (`move`, `pause`, `resume`): the namespace and the id, or a usage
+    /// error.
+    pub fn instance<'t>(verb: &str, target: &'t str) -> Result<(&'t str, &'t str), Failure> {
+        match Self::of(verb, target, "/NS/ID")? {
+            Target {
+                namespace,
+                id: Some(id),
+            } => Ok((namespace, id)),
+            _ => Err(Failure::Usage(format!(
+                "{verb} {target:?}: expected /NS/ID"
+            ))),
+        }
+    }
+
+    fn of<'t>(verb: &str, target: &'t str, shape: &str) -> Result<Target<'t>, Failure> {
+        let bad = || Failure::Usage(format!("{verb} {target:?}: expected {shape}"));
         let rest = target.strip_prefix('/').ok_or_else(bad)?;
         let (namespace, id) = match rest.find('/') {
             Some(at) => (&target[..=at], Some(&rest[at + 1..])),
@@ -131,7 +190,7 @@ impl WindDownTarget<'_> {
         if namespace.len() < 2 || id.is_some_and(str::is_empty) {
             return Err(bad());
         }
-        Ok(WindDownTarget { namespace, id })
+        Ok(Target { namespace, id })
     }
 }
 
@@ -183,17 +242,17 @@ mod tests {
 
     #[test]
     fn wind_down_targets() {
-        let parsed = |t| WindDownTarget::parse(t).map_err(|e| e.to_string());
+        let parsed = |t| Target::parse(t).map_err(|e| e.to_string());
         assert_eq!(
             parsed("/threads/abc"),
-            Ok(WindDownTarget {
+            Ok(Target {
                 namespace: "/threads",
                 id: Some("abc")
             })
         );
         assert_eq!(
             parsed("/threads"),
-            Ok(WindDownTarget {
+            Ok(Target {
                 namespace: "/threads",
                 id: None
             })
@@ -204,6 +263,19 @@ mod tests {
             assert_eq!(
                 parsed(bad),
                 Err(format!("wind-down {bad:?}: expected /NS or /NS/ID")),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn instance_targets() {
+        let instance = |t| Target::instance("pause", t).map_err(|e| e.to_string());
+        assert_eq!(instance("/threads/abc"), Ok(("/threads", "abc")));
+        for bad in ["/threads", "threads/abc", "/threads/", ""] {
+            assert_eq!(
+                instance(bad),
+                Err(format!("pause {bad:?}: expected /NS/ID")),
                 "{bad}"
             );
         }

@@ -1,6 +1,7 @@
 //! `pinboard ctl`: the operator's command-line client. A subcommand ([`args`]) becomes one call
 //! to the node's operator routes ([`call`]: `/registry/workers`, `overview`, `drain`,
-//! `undrain`, `wind_down`, `health`, and `/readyz`), and the answer is printed as a table
+//! `undrain`, `wind_down`, `move`, `pause`, `resume`, `health`, and `/readyz`), and the answer
+//! is printed as a table
 //! ([`render`]) or, with `--json`, as the node's own JSON. It reads nothing but those
 //! answers: no configuration file, no Redis.
 //!
@@ -18,7 +19,7 @@ use serde_json::{Value, json};
 
 pub use args::CtlArgs;
 
-use args::{CtlCommand, WindDownTarget};
+use args::{CtlCommand, Target};
 use call::Node;
 
 /// Why `pinboard ctl` did not do what it was asked.
@@ -82,7 +83,7 @@ impl Ask {
             CtlCommand::WindDown {
                 target, env, yes, ..
             } => {
-                let WindDownTarget { namespace, id } = WindDownTarget::parse(target)?;
+                let Target { namespace, id } = Target::parse(target)?;
                 if id.is_none() && !yes {
                     return Err(Failure::Usage(format!(
                         "wind-down {namespace} acts on every placement of {namespace}: \
@@ -94,14 +95,47 @@ impl Ask {
                 if let Some(id) = id {
                     body["id"] = id.into();
                 }
-                if let Some(env) = env {
-                    body["env"] = env.as_str().into();
+                Ask::Post("/registry/wind_down", with_env(body, env))
+            }
+            CtlCommand::Move {
+                target,
+                to,
+                deadline,
+                env,
+            } => {
+                let (namespace, id) = Target::instance("move", target)?;
+                let body =
+                    json!({ "namespace": namespace, "id": id, "to": to, "deadline": deadline });
+                Ask::Post("/registry/move", with_env(body, env))
+            }
+            CtlCommand::Pause {
+                target,
+                reason,
+                env,
+            } => {
+                let (namespace, id) = Target::instance("pause", target)?;
+                let mut body = json!({ "namespace": namespace, "id": id });
+                if let Some(reason) = reason {
+                    body["reason"] = reason.as_str().into();
                 }
-                Ask::Post("/registry/wind_down", body)
+                Ask::Post("/registry/pause", with_env(body, env))
+            }
+            CtlCommand::Resume { target, env } => {
+                let (namespace, id) = Target::instance("resume", target)?;
+                let body = json!({ "namespace": namespace, "id": id });
+                Ask::Post("/registry/resume", with_env(body, env))
             }
             CtlCommand::Health => Ask::Get("/registry/health".into()),
         })
     }
+}
+
+/// `body` with `env` when one is given (hostname-aware mode).
+fn with_env(mut body: Value, env: &Option<String>) -> Value {
+    if let Some(env) = env {
+        body["env"] = env.as_str().into();
+    }
+    body
 }
 
 /// The `deadline` a `wind-down` sends: `--deadline`, 0 (one lease) without it, `null` to
@@ -156,6 +190,14 @@ pub fn run(args: CtlArgs) -> Result<(), Failure> {
             CtlCommand::WindDown { target, .. } => {
                 render::wound_down(&body, target, wind_down_deadline(&command))?
             }
+            CtlCommand::Move {
+                target,
+                to,
+                deadline,
+                ..
+            } => render::moved(&body, target, to, *deadline)?,
+            CtlCommand::Pause { target, .. } => render::paused(target),
+            CtlCommand::Resume { target, .. } => render::resumed(target),
             CtlCommand::Health => render::health(&body, node.readyz().await?)?,
         };
         Ok::<_, Failure>(text.into_bytes())
@@ -250,6 +292,38 @@ mod tests {
             )
         );
         assert!(ask(&["wind-down", "/t/a", "--cancel", "--deadline", "3"]).is_err());
+        assert_eq!(
+            ask(&["move", "/threads/abc", "--to", "w2", "--env", "prod"]),
+            Ok((
+                "POST /registry/move".into(),
+                json!({"namespace": "/threads", "id": "abc", "to": "w2", "deadline": null, "env": "prod"})
+            ))
+        );
+        assert_eq!(
+            ask(&["move", "/threads/abc", "--to", "w2", "--deadline", "90"])
+                .unwrap()
+                .1,
+            json!({"namespace": "/threads", "id": "abc", "to": "w2", "deadline": 90})
+        );
+        assert_eq!(
+            ask(&["pause", "/threads/abc", "--reason", "incident 7"]),
+            Ok((
+                "POST /registry/pause".into(),
+                json!({"namespace": "/threads", "id": "abc", "reason": "incident 7"})
+            ))
+        );
+        assert_eq!(
+            ask(&["resume", "/threads/abc"]),
+            Ok((
+                "POST /registry/resume".into(),
+                json!({"namespace": "/threads", "id": "abc"})
+            ))
+        );
+        assert_eq!(
+            ask(&["pause", "/threads"]),
+            Err("pause \"/threads\": expected /NS/ID".into())
+        );
+        assert!(ask(&["move", "/threads/abc"]).is_err(), "--to is required");
         assert!(ask(&["drain", "w2", "--deadline", "-1"]).is_err());
     }
 }

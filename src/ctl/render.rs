@@ -62,10 +62,19 @@ struct Group {
 #[serde(rename_all = "camelCase")]
 struct Entry {
     id: String,
-    session_id: String,
+    /// `None`: a paused id with no live owner.
+    session_id: Option<String>,
     /// A pending wind-down fence, epoch ms.
     expiry: Option<u64>,
+    paused: Option<Pause>,
     tag: Option<String>,
+}
+
+/// An operator's pause of an instance.
+#[derive(Deserialize)]
+struct Pause {
+    at: u64,
+    reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -150,22 +159,32 @@ pub fn instances(body: &[u8], now: u64) -> Result<String, Failure> {
         "HOSTNAME",
         "ENV",
         "WIND-DOWN",
+        "PAUSED",
         "TAG",
     ]);
     let mut placements = 0;
     for group in &overview.namespaces {
         for entry in &group.entries {
             placements += 1;
+            let session = entry.session_id.as_deref();
+            let paused = entry.paused.as_ref().map_or_else(
+                || "-".to_owned(),
+                |p| match &p.reason {
+                    Some(reason) => format!("{}: {reason}", relative(p.at, now)),
+                    None => relative(p.at, now),
+                },
+            );
             table.row(vec![
                 group.namespace.clone(),
                 entry.id.clone(),
-                short(&entry.session_id).to_owned(),
-                or_dash(clients.get(entry.session_id.as_str()).copied()),
+                or_dash(session.map(short)),
+                or_dash(session.and_then(|s| clients.get(s).copied())),
                 or_dash(group.hostname.as_deref()),
                 group.env.clone(),
                 entry
                     .expiry
                     .map_or_else(|| "-".to_owned(), |at| relative(at, now)),
+                paused,
                 or_dash(entry.tag.as_deref()),
             ]);
         }
@@ -278,6 +297,51 @@ pub fn wound_down(body: &[u8], target: &str, deadline: Option<u64>) -> Result<St
             count_words(n as usize, "placement")
         ),
     })
+}
+
+#[derive(Deserialize)]
+struct MoveAnswer {
+    queued: bool,
+    /// The successor's session, `None` when `to` could not take the instance.
+    to: Option<String>,
+}
+
+/// What `POST /registry/move` did with `target` (`/NS/ID`) for the client `to`; `deadline` is
+/// the one sent.
+pub fn moved(
+    body: &[u8],
+    target: &str,
+    to: &str,
+    deadline: Option<u64>,
+) -> Result<String, Failure> {
+    let MoveAnswer {
+        queued,
+        to: session,
+    } = read(body)?;
+    let when = match deadline {
+        None | Some(0) => "one lease".to_owned(),
+        Some(seconds) => format!("{} (one lease at least)", span(seconds * 1000)),
+    };
+    Ok(match (queued, session) {
+        (false, _) => format!("nothing queued: {target} has no placement\n"),
+        (true, Some(session)) => format!(
+            "queued: move of {target} to {to} (session {}): its owner lets go within {when}, then it is placed there\n",
+            short(&session)
+        ),
+        (true, None) => format!(
+            "queued: move of {target}: its owner lets go within {when}; {to} cannot take it (unknown, draining, degraded or not serving it), so it is placed as any other\n"
+        ),
+    })
+}
+
+/// What `POST /registry/pause` did (the answer is `{"ok":true}`).
+pub fn paused(target: &str) -> String {
+    format!("paused: {target} answers 503 on every node until it is resumed\n")
+}
+
+/// What `POST /registry/resume` did (the answer is `{"ok":true}`).
+pub fn resumed(target: &str) -> String {
+    format!("resumed: {target} is served again\n")
 }
 
 /// Columns aligned: each cell padded to its column's widest, two spaces apart, the last
@@ -460,5 +524,56 @@ mod tests {
             wound_down(br#"{"queued":false}"#, "/t/a", Some(0)).unwrap(),
             "nothing queued: /t/a has no placement (or its owner is gone)\n"
         );
+    }
+
+    #[test]
+    fn move_lines() {
+        let to = br#"{"queued":true,"to":"0123456789abcdef0123456789abcdef"}"#;
+        assert_eq!(
+            moved(to, "/t/a", "w2", None).unwrap(),
+            "queued: move of /t/a to w2 (session 01234567): its owner lets go within one lease, then it is placed there\n"
+        );
+        assert_eq!(
+            moved(br#"{"queued":true,"to":null}"#, "/t/a", "w9", Some(90)).unwrap(),
+            "queued: move of /t/a: its owner lets go within 1m30s (one lease at least); w9 cannot take it (unknown, draining, degraded or not serving it), so it is placed as any other\n"
+        );
+        assert_eq!(
+            moved(br#"{"queued":false,"to":null}"#, "/t/a", "w2", None).unwrap(),
+            "nothing queued: /t/a has no placement\n"
+        );
+    }
+
+    #[test]
+    fn a_paused_instance_without_an_owner_is_listed() {
+        let body = br#"{"workers":[],"namespaces":[{"hostname":null,"env":"default",
+            "namespace":"/t","sessionIds":[],"entries":[{"id":"a","sessionId":null,
+            "paused":{"at":940000,"by":"ops","reason":"incident 7"}},{"id":"b","sessionId":null,
+            "paused":{"at":1000000,"by":"ops","reason":null}}]}]}"#;
+        let text = instances(body, 1_000_000).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("WIND-DOWN  PAUSED  "), "{text}");
+        fn cells(line: &str) -> Vec<&str> {
+            let all = line.split("  ").map(str::trim);
+            all.filter(|c| !c.is_empty()).collect()
+        }
+        assert_eq!(
+            cells(lines[1]),
+            [
+                "/t",
+                "a",
+                "-",
+                "-",
+                "-",
+                "default",
+                "-",
+                "1m ago: incident 7",
+                "-"
+            ]
+        );
+        assert_eq!(
+            cells(lines[2]),
+            ["/t", "b", "-", "-", "-", "default", "-", "now", "-"]
+        );
+        assert_eq!(lines[3], "2 instances");
     }
 }

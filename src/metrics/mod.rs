@@ -25,8 +25,8 @@ mod process;
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
 /// `unavailable` for a request Redis could not answer, contract §8; `rate-limited` and
 /// `namespace-full` for a new placement refused by `limits.new_placements_per_ip_per_s` and
-/// `placement.max_rows_per_namespace`).
-pub const OUTCOMES: [&str; 14] = [
+/// `placement.max_rows_per_namespace`; `paused` for an id an operator paused).
+pub const OUTCOMES: [&str; 15] = [
     "forward",
     "unknown-ns",
     "no-backends",
@@ -41,6 +41,7 @@ pub const OUTCOMES: [&str; 14] = [
     "unavailable",
     "rate-limited",
     "namespace-full",
+    "paused",
 ];
 
 /// Why a client connection was closed at accept, for `pinboard_connections_refused_total{reason}`.

@@ -1,4 +1,5 @@
-//! The placements `GET /registry/overview` lists for one (env, namespace): read a page
+//! The placements `GET /registry/overview` lists for one (env, namespace) — the live ones, and
+//! every paused id, placed or not, so that an operator can find it to resume it — read a page
 //! (`HSCAN … COUNT 250`, paced: the walk waits between pages as long as a page takes) at a
 //! time and written out in id order, at a cost that stays small per page whatever the
 //! namespace's size.
@@ -57,8 +58,9 @@ impl<'a> Owners<'a> {
     }
 }
 
-/// What a listing keeps of the rows whose owner is live: the fence not passed at `now` (ms),
-/// the id starting with `prefix`, the tag equal to `tag`.
+/// What a listing keeps: the rows whose owner is live and whose fence has not passed at `now`
+/// (ms), and the paused rows, whoever owns them (a paused placeholder has no owner); of those,
+/// the ids starting with `prefix` and the rows tagged `tag`.
 pub struct Keep<'f> {
     pub now: u64,
     pub prefix: Option<&'f str>,
@@ -66,13 +68,19 @@ pub struct Keep<'f> {
 }
 
 impl Keep<'_> {
-    /// The index of the row's owner in `owners` when the row is kept.
-    pub fn owner(&self, id: &str, row: &PlacementRow, owners: &Owners<'_>) -> Option<u32> {
-        let owner = *owners.index.get(row.owner()?)?;
-        let kept = !row.fenced(self.now)
-            && self.prefix.is_none_or(|p| id.starts_with(p))
+    /// When the row is kept, its owner as listed: the owner's index in `owners`, or `None`
+    /// for a paused row whose owner is gone (or that has none).
+    pub fn owner(&self, id: &str, row: &PlacementRow, owners: &Owners<'_>) -> Option<Option<u32>> {
+        let filtered = self.prefix.is_none_or(|p| id.starts_with(p))
             && self.tag.is_none_or(|t| row.tag.as_deref() == Some(t));
-        kept.then_some(owner)
+        if !filtered {
+            return None;
+        }
+        let owner = row.owner().and_then(|s| owners.index.get(s).copied());
+        if row.paused.is_some() {
+            return Some(owner);
+        }
+        owner.filter(|_| !row.fenced(self.now)).map(Some)
     }
 }
 
@@ -92,10 +100,13 @@ struct Run {
 
 struct Kept {
     id: Range<u32>,
-    owner: u32,
+    /// `None`: a paused row without a live owner.
+    owner: Option<u32>,
     expiry: Option<u64>,
     tag: Option<Range<u32>>,
     hostname: Option<Range<u32>>,
+    /// The pause as JSON.
+    paused: Option<Range<u32>>,
 }
 
 impl Run {
@@ -138,12 +149,15 @@ impl Listing {
                 let id = run.push(id);
                 let tag = row.tag.as_deref().map(|t| run.push(t));
                 let hostname = row.hostname.as_deref().map(|h| run.push(h));
+                let paused = (row.paused.as_ref())
+                    .map(|p| run.push(&serde_json::to_string(p).expect("a pause serializes")));
                 run.kept.push(Kept {
                     id,
                     owner,
                     expiry: row.expiry,
                     tag,
                     hostname,
+                    paused,
                 });
             }
             if run.kept.is_empty() {
@@ -167,9 +181,11 @@ impl Listing {
         self.text + self.entries * 64
     }
 
-    /// Appends the entries, comma-separated, in id order — `{expiry?, id, sessionId, tag?}`,
-    /// keys sorted as serde_json writes an object — keeping only rows of `hostname` when one
-    /// is given. Pauses ([`Body::pause`]) every 256 entries.
+    /// Appends the entries, comma-separated, in id order — `{expiry?, id, paused?, sessionId,
+    /// tag?}`, keys sorted as serde_json writes an object, `sessionId` null for a paused row
+    /// without a live owner — keeping only rows of `hostname` when one is given (a paused row
+    /// with no live owner and no hostname, under every hostname). Pauses
+    /// ([`Body::pause`]) every 256 entries.
     pub async fn write(&self, hostname: Option<&str>, owners: &Owners<'_>, out: &mut Body<'_, '_>) {
         let runs = &self.runs;
         // The next entry of each run, smallest id first; of equal ids, the earlier run (page)
@@ -195,7 +211,12 @@ impl Listing {
             }
             let run = &runs[last.0];
             let kept = &run.kept[last.1];
-            if hostname.is_some() && kept.hostname.as_ref().map(|h| run.at(h)) != hostname {
+            // A paused row without an owner and a hostname is listed under every hostname.
+            let everywhere = kept.owner.is_none() && kept.hostname.is_none();
+            if hostname.is_some()
+                && !everywhere
+                && kept.hostname.as_ref().map(|h| run.at(h)) != hostname
+            {
                 continue;
             }
             if written > 0 {
@@ -214,8 +235,15 @@ impl Listing {
             }
             body.extend_from_slice(b"\"id\":");
             body.extend(json_string(id));
+            if let Some(paused) = &kept.paused {
+                body.extend_from_slice(b",\"paused\":");
+                body.extend_from_slice(run.at(paused).as_bytes());
+            }
             body.extend_from_slice(b",\"sessionId\":");
-            body.extend_from_slice(&owners.json[kept.owner as usize]);
+            match kept.owner {
+                Some(owner) => body.extend_from_slice(&owners.json[owner as usize]),
+                None => body.extend_from_slice(b"null"),
+            }
             if let Some(tag) = &kept.tag {
                 body.extend_from_slice(b",\"tag\":");
                 body.extend(json_string(run.at(tag)));
@@ -373,10 +401,11 @@ mod tests {
             let hostname = hostname.map(|h| run.push(h));
             run.kept.push(Kept {
                 id,
-                owner,
+                owner: Some(owner),
                 expiry,
                 tag,
                 hostname,
+                paused: None,
             });
         }
         run
@@ -437,6 +466,81 @@ mod tests {
             r#"{"expiry":7,"id":"c","sessionId":"s1","tag":"t\"q"}"#
         );
         assert_eq!(written(&Listing::default(), None, &owners), "");
+    }
+
+    #[test]
+    fn a_paused_row_shows_its_pause_and_a_placeholder_no_owner_under_every_hostname() {
+        let owners = Owners::new(["s1"].into_iter());
+        let mut run = run(&[("a", 0, None, None, Some("h1"))]);
+        let pause = r#"{"at":7,"by":"ops","reason":null}"#;
+        let paused = Some(run.push(pause));
+        run.kept[0].paused = paused.clone();
+        let id = run.push("b");
+        run.kept.push(Kept {
+            id,
+            owner: None,
+            expiry: None,
+            tag: None,
+            hostname: None,
+            paused,
+        });
+        let listing = Listing {
+            runs: vec![run],
+            entries: 2,
+            text: 0,
+        };
+        let both = format!(
+            r#"{{"id":"a","paused":{pause},"sessionId":"s1"}},{{"id":"b","paused":{pause},"sessionId":null}}"#
+        );
+        assert_eq!(written(&listing, Some("h1"), &owners), both);
+        assert_eq!(
+            written(&listing, Some("h2"), &owners),
+            format!(r#"{{"id":"b","paused":{pause},"sessionId":null}}"#)
+        );
+    }
+
+    #[test]
+    fn a_listing_keeps_live_unfenced_rows_and_every_paused_one() {
+        let owners = Owners::new(["live"].into_iter());
+        let keep = Keep {
+            now: 100,
+            prefix: Some("a"),
+            tag: None,
+        };
+        let row = |owner: &str, expiry: Option<u64>, paused: bool| PlacementRow {
+            session_id: Some(owner.into()),
+            expiry,
+            paused: paused.then(|| crate::store::Paused {
+                by: "ops".into(),
+                at: 1,
+                reason: None,
+            }),
+            ..PlacementRow::default()
+        };
+        assert_eq!(
+            keep.owner("a1", &row("live", None, false), &owners),
+            Some(Some(0))
+        );
+        assert_eq!(
+            keep.owner("a1", &row("live", Some(100), false), &owners),
+            None
+        );
+        assert_eq!(keep.owner("a1", &row("gone", None, false), &owners), None);
+        assert_eq!(keep.owner("a1", &row("", None, false), &owners), None);
+        assert_eq!(
+            keep.owner("a1", &row("live", Some(100), true), &owners),
+            Some(Some(0))
+        );
+        assert_eq!(
+            keep.owner("a1", &row("gone", None, true), &owners),
+            Some(None)
+        );
+        assert_eq!(keep.owner("a1", &row("", None, true), &owners), Some(None));
+        assert_eq!(
+            keep.owner("b1", &row("", None, true), &owners),
+            None,
+            "prefix"
+        );
     }
 
     /// 2500 entries in two runs, every other id in each.

@@ -148,8 +148,12 @@ impl Ask {
 pub struct Kept<'a>(&'a Keep<'a>, &'a Owners<'a>);
 
 impl Kept<'_> {
-    fn keeps(&self, id: &str, row: &PlacementRow) -> bool {
-        self.0.owner(id, row, self.1).is_some()
+    /// The row as listed when it is kept: without its owner when that is gone (a paused row).
+    fn listed(&self, id: &str, mut row: PlacementRow) -> Option<PlacementRow> {
+        if self.0.owner(id, &row, self.1)?.is_none() {
+            row.session_id = None;
+        }
+        Some(row)
     }
 }
 
@@ -189,7 +193,9 @@ pub async fn page(
                 .await?;
             let got = step.len();
             for (id, row) in step {
-                if keep.keeps(&id, &row) && seen.insert(id.clone()) {
+                if let Some(row) = keep.listed(&id, row)
+                    && seen.insert(id.clone())
+                {
                     rows.push((id, row));
                 }
             }
@@ -218,7 +224,7 @@ pub async fn exact(
     for (env, ns) in pairs {
         let rows = found.entry((env.clone(), ns.clone())).or_default();
         if let Some(row) = store.row(env, ns, id).await?
-            && keep.keeps(id, &row)
+            && let Some(row) = keep.listed(id, row)
         {
             rows.push((id.to_owned(), row));
         }
@@ -268,7 +274,11 @@ impl Page<'_> {
                     .get(&(env.clone(), ns.clone())))
                 .into_iter()
                 .flatten()
-                .filter(|(_, row)| hostname.is_none() || row.hostname == *hostname)
+                .filter(|(_, row)| {
+                    // A paused row with no live owner and no hostname under every hostname.
+                    let everywhere = row.session_id.is_none() && row.hostname.is_none();
+                    hostname.is_none() || everywhere || row.hostname == *hostname
+                })
                 .collect();
                 rows.sort_by(|a, b| a.0.cmp(&b.0));
                 let entries: Vec<Value> = rows.iter().map(|(id, row)| entry(id, row)).collect();
@@ -291,9 +301,13 @@ impl Page<'_> {
     }
 }
 
-/// An entry as a paged or exact overview lists it: `{epoch?, expiry?, id, sessionId, tag?}`.
+/// An entry as a paged or exact overview lists it: `{epoch?, expiry?, id, paused?, sessionId,
+/// tag?}` (`sessionId` null for a paused row without a live owner).
 pub fn entry(id: &str, row: &PlacementRow) -> Value {
     let mut entry = json!({ "id": id, "sessionId": row.owner() });
+    if let Some(paused) = &row.paused {
+        entry["paused"] = json!(paused);
+    }
     if let Some(epoch) = &row.epoch {
         entry["epoch"] = epoch.as_str().into();
     }

@@ -20,7 +20,9 @@ use crate::http::{Request, Response, read_json};
 use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
-use crate::store::{PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, Stamped, bucket_of};
+use crate::store::{
+    Fence, PlacementRow, SCRIPT_PAGE, SINGLE_ENV, Session, Stamped, WindDown, bucket_of,
+};
 
 const SHAPE: &str = "{namespace, id?, deadline: seconds | null, env?}";
 
@@ -34,11 +36,11 @@ struct Body {
 }
 
 /// A placement row as read before stamping.
-struct Row {
+pub(super) struct Row {
     id: String,
-    session_id: String,
+    pub session_id: String,
     epoch: String,
-    hostname: Option<String>,
+    pub hostname: Option<String>,
 }
 
 /// `act` names `{ns}` or `{ns}/{id}` for the log line of a refusal; a wind-down done is one
@@ -76,15 +78,13 @@ pub async fn wind_down(
 
     // Read the rows a page at a time, judge each on its owner (or, with the owner gone, on the
     // row's hostname), then stamp those of the page still as read, and tell their owners.
-    let mut stamp = Stamp {
-        core,
-        env: &env,
-        ns,
-        deadline: body.deadline.map(|d| d.to_string()).unwrap_or_default(),
+    let deadline = body.deadline.map(|d| d.to_string()).unwrap_or_default();
+    let fence = Fence {
+        deadline: &deadline,
+        successor: "",
         by: credential.sub.as_deref().unwrap_or_default(),
-        owners: BTreeMap::new(),
-        queued: 0,
     };
+    let mut stamp = Stamp::new(core, &env, ns, fence, false);
     let answer = match body.id.as_deref() {
         Some(id) => match core
             .store
@@ -95,7 +95,12 @@ pub async fn wind_down(
             None => serde_json::json!({ "queued": false }),
             Some(row) => {
                 stamp.learn_owner(&row.session_id).await?;
-                if !covers(claim, stamp.owner(&row.session_id), &row, ns) {
+                if !covers(
+                    claim,
+                    stamp.owner(&row.session_id),
+                    row.hostname.as_deref(),
+                    ns,
+                ) {
                     return Ok(answers::forbidden_because("forbidden"));
                 }
                 stamp
@@ -123,7 +128,12 @@ pub async fn wind_down(
                     };
                     seen.1.insert(id);
                     stamp.learn_owner(&row.session_id).await?;
-                    if covers(claim, stamp.owner(&row.session_id), &row, ns) {
+                    if covers(
+                        claim,
+                        stamp.owner(&row.session_id),
+                        row.hostname.as_deref(),
+                        ns,
+                    ) {
                         in_scope.push(row);
                     }
                 }
@@ -137,7 +147,7 @@ pub async fn wind_down(
         namespace = %ns,
         id = body.id.as_deref().map(tracing::field::display),
         env = %env,
-        deadline = %if stamp.deadline.is_empty() { "null" } else { &stamp.deadline },
+        deadline = %if deadline.is_empty() { "null" } else { &deadline },
         queued = %answer["queued"],
         "operator wind_down"
     );
@@ -181,22 +191,43 @@ pub(super) fn claim_over<'c>(
     Ok(claim)
 }
 
-/// A wind-down under way: the owners met so far and the messages queued.
-struct Stamp<'a> {
+/// A wind-down (or a move) under way: the owners met so far, the rows stamped and the
+/// messages queued.
+pub(super) struct Stamp<'a> {
     core: &'a Core,
     env: &'a str,
     ns: &'a str,
-    /// Seconds, or `""` to clear.
-    deadline: String,
-    /// The operator's `sub`, which the ledger names as the fence's author.
-    by: &'a str,
+    fence: Fence<'a>,
+    /// A move's: its messages say `"moved": true`.
+    moved: bool,
     /// Each owner's record, read once (`None`: gone).
     owners: BTreeMap<String, Option<Session>>,
-    queued: usize,
+    pub stamped: usize,
+    pub queued: usize,
 }
 
-impl Stamp<'_> {
-    async fn learn_owner(&mut self, session_id: &str) -> Result<(), Error> {
+impl<'a> Stamp<'a> {
+    /// `moved`: a move's fence (whether or not it names a successor).
+    pub fn new(
+        core: &'a Core,
+        env: &'a str,
+        ns: &'a str,
+        fence: Fence<'a>,
+        moved: bool,
+    ) -> Stamp<'a> {
+        Stamp {
+            core,
+            env,
+            ns,
+            fence,
+            moved,
+            owners: BTreeMap::new(),
+            stamped: 0,
+            queued: 0,
+        }
+    }
+
+    pub async fn learn_owner(&mut self, session_id: &str) -> Result<(), Error> {
         if !self.owners.contains_key(session_id) {
             let owner = self.core.store.session(session_id).await?;
             self.owners.insert(session_id.to_owned(), owner);
@@ -204,14 +235,13 @@ impl Stamp<'_> {
         Ok(())
     }
 
-    fn owner(&self, session_id: &str) -> Option<&Session> {
+    pub fn owner(&self, session_id: &str) -> Option<&Session> {
         self.owners.get(session_id).and_then(Option::as_ref)
     }
 
     /// Stamps `rows` (all in `bucket`) that are still as read, [`SCRIPT_PAGE`] ids per script
-    /// call,
-    /// and queues a message to each stamped row's owner.
-    async fn rows(&mut self, bucket: u32, rows: &[Row]) -> Result<(), Error> {
+    /// call, and queues a message to each stamped row's owner (`"moved": true` for a move's).
+    pub async fn rows(&mut self, bucket: u32, rows: &[Row]) -> Result<(), Error> {
         let store = &self.core.store;
         for batch in rows.chunks(SCRIPT_PAGE) {
             let read: Vec<(&str, &str, &str)> = batch
@@ -219,17 +249,17 @@ impl Stamp<'_> {
                 .map(|row| (row.id.as_str(), row.session_id.as_str(), row.epoch.as_str()))
                 .collect();
             let stamped = store
-                .wind_down(bucket, self.env, self.ns, &self.deadline, self.by, &read)
+                .wind_down(bucket, self.env, self.ns, &self.fence, &read)
                 .await?;
-            let mut messages: BTreeMap<String, Vec<(String, String, Option<u64>)>> =
-                BTreeMap::new();
-            for Stamped(id, session, expiry) in stamped {
+            self.stamped += stamped.len();
+            let mut messages: BTreeMap<&str, Vec<WindDown>> = BTreeMap::new();
+            for Stamped(id, session, expiry) in &stamped {
                 // A fence whose owner is gone waits for the replacement owner.
-                if self.owner(&session).is_some() {
+                if self.owner(session).is_some() {
                     messages
                         .entry(session)
                         .or_default()
-                        .push((self.ns.to_owned(), id, expiry));
+                        .push(WindDown::new(self.ns, id, *expiry).moved(self.moved));
                 }
             }
             for (session, list) in &messages {
@@ -242,8 +272,13 @@ impl Stamp<'_> {
 }
 
 /// Whether the claim covers a row: by its owner's hostname and env for `ns`, or by the row's
-/// hostname when the owner's record is gone.
-fn covers(claim: &RouteClaim, owner: Option<&Session>, row: &Row, ns: &str) -> bool {
+/// `hostname` when the owner's record is gone.
+pub(super) fn covers(
+    claim: &RouteClaim,
+    owner: Option<&Session>,
+    hostname: Option<&str>,
+    ns: &str,
+) -> bool {
     match owner {
         Some(owner) => {
             owner
@@ -252,15 +287,12 @@ fn covers(claim: &RouteClaim, owner: Option<&Session>, row: &Row, ns: &str) -> b
                 .is_none_or(|h| claim.allows_hostname(h))
                 && (owner.hostname.is_none() || claim.allows_env(owner.env_of(ns)))
         }
-        None => row
-            .hostname
-            .as_deref()
-            .is_none_or(|h| claim.allows_hostname(h)),
+        None => hostname.is_none_or(|h| claim.allows_hostname(h)),
     }
 }
 
 impl Row {
-    fn of(id: &str, row: PlacementRow) -> Option<Row> {
+    pub fn of(id: &str, row: PlacementRow) -> Option<Row> {
         Some(Row {
             id: id.to_owned(),
             epoch: row.epoch().to_owned(),

@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 
 use crate::redis::{Reply, Text};
 use crate::store::scripts::{BINDING, OVERWRITTEN_CLEAR, RESOLVE};
-use crate::store::{Release, Store, bucket_of};
+use crate::store::{Release, Store, WindDown, bucket_of};
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +64,8 @@ pub enum Outcome {
     RateLimited(Duration),
     /// A new row refused: the namespace holds `placement.max_rows_per_namespace`.
     NamespaceFull,
+    /// An operator paused the id: nothing placed, nothing forwarded.
+    Paused,
 }
 
 impl Outcome {
@@ -80,6 +82,7 @@ impl Outcome {
             Outcome::EnvConflict => "env-conflict",
             Outcome::RateLimited(_) => "rate-limited",
             Outcome::NamespaceFull => "namespace-full",
+            Outcome::Paused => "paused",
         }
     }
 
@@ -111,6 +114,7 @@ impl Outcome {
             Outcome::NamespaceFull => {
                 answers::unavailable("namespace placement limit reached", Duration::ZERO)
             }
+            Outcome::Paused => answers::instance_paused(),
         }
     }
 }
@@ -322,6 +326,7 @@ fn parse(reply: &Reply) -> Option<Outcome> {
         "binding-quarantine" => Outcome::BindingQuarantine(millis(1)?),
         "rate-limited" => Outcome::RateLimited(millis(1)?),
         "namespace-full" => Outcome::NamespaceFull,
+        "paused" => Outcome::Paused,
         _ => return None,
     })
 }
@@ -351,7 +356,7 @@ pub async fn tell_inherited_wind_down(
     placement: &Placement,
 ) -> Result<(), Error> {
     if let Some(fence) = placement.inherited_wind_down {
-        let message = [(ns.to_owned(), id.to_owned(), Some(fence))];
+        let message = [WindDown::new(ns, id, Some(fence))];
         store
             .push_wind_downs(&placement.session_id, &message)
             .await?;
@@ -407,6 +412,12 @@ mod tests {
         assert_eq!(r.headers.last().unwrap().1, "2");
         let full = Reply::Array(["namespace-full"].map(bulk).to_vec());
         assert_eq!(parse(&full), Some(Outcome::NamespaceFull));
+        let paused = parse(&Reply::Array(vec![bulk("paused")])).unwrap();
+        assert_eq!(paused.name(), "paused");
+        let r = paused.refusal();
+        assert_eq!(r.status, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(&r.body[..], br#"{"error":"instance paused"}"#);
+        assert_eq!(r.headers.last().unwrap().1, "1");
     }
 
     fn bulk(text: &str) -> Reply {

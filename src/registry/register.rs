@@ -21,7 +21,7 @@ use crate::names::valid_namespace;
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::scripts::REGISTER;
-use crate::store::{Drain, Reclaim, Session, Takeover, lua_option, pair_field};
+use crate::store::{Drain, Reclaim, Session, Takeover, WindDown, lua_option, pair_field};
 
 /// Shortest worker secret accepted: it keys every attestation and proves the probe, so it
 /// must not be guessable.
@@ -188,10 +188,8 @@ pub async fn register(
         store.drop_session(&s.session_id, false).await?;
         return Ok(unknown_session());
     }
-    let wind_downs: Vec<_> = buckets
-        .wind_downs
-        .into_iter()
-        .map(|(ns, id, deadline)| (ns, id, Some(deadline)))
+    let wind_downs: Vec<WindDown> = (buckets.wind_downs.iter())
+        .map(|(ns, id, deadline, moved)| WindDown::new(ns, id, Some(*deadline)).moved(*moved))
         .collect();
     store.push_wind_downs(&s.session_id, &wind_downs).await?;
     info!(session = %s.session_id, client = %s.client_id, url = %s.advertise_url, "worker registered");

@@ -27,10 +27,10 @@ use crate::redis::{Blob, Redis, Reply, Script};
 pub use keys::{BucketKeys, KeyName, Keys, bucket_of};
 pub use ledger::{HistoryAsk, HistoryPage, LedgerEntry, is_stream_id, stream_id_order};
 pub use records::{
-    BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, PlacementRow, SINGLE_ENV, Session,
-    Takeover, WindDown, lua_list, lua_option,
+    BucketCopy, ClientRecord, Drain, EnvBinding, HostBinding, Paused, PlacementRow, SINGLE_ENV,
+    Session, Successor, Takeover, WindDown, lua_list, lua_option,
 };
-pub use rows::{Release, Stamped};
+pub use rows::{Fence, Pause, PauseOutcome, Release, Stamped};
 use scripts::{BUCKET_WORKER, CONTROL_PUSH, PRUNE, SESSION_DROP};
 pub use sweeper::{DueWake, RegisteredPair, Sweep, pair_field};
 
@@ -378,21 +378,16 @@ impl Store {
         self.boot_times().await.map(drop)
     }
 
-    /// Queues a `wind_down` control message to `session_id` for each (ns, id, deadline ms, or
-    /// none to revoke an earlier one); the worker gets them with its next heartbeat. At most
-    /// [`SCRIPT_PAGE`] messages per script call.
+    /// Queues `wind_downs` (control messages) to `session_id`; the worker gets them with its
+    /// next heartbeat. At most [`SCRIPT_PAGE`] messages per script call.
     pub async fn push_wind_downs(
         &self,
         session_id: &str,
-        wind_downs: &[(String, String, Option<u64>)],
+        wind_downs: &[WindDown<'_>],
     ) -> Result<(), Error> {
         let queue = self.keys.control(session_id);
-        for batch in wind_downs.chunks(SCRIPT_PAGE) {
-            let messages: Vec<WindDown> = batch
-                .iter()
-                .map(|(ns, id, deadline)| WindDown::new(ns, id, *deadline))
-                .collect();
-            let messages = serde_json::to_string(&messages).expect("messages serialize");
+        for messages in wind_downs.chunks(SCRIPT_PAGE) {
+            let messages = serde_json::to_string(messages).expect("messages serialize");
             self.run_int(
                 &CONTROL_PUSH,
                 &[queue.as_bytes(), self.keys.control_seq().as_bytes()],
@@ -880,9 +875,9 @@ struct BucketCall<'a> {
 pub struct BucketOutcome {
     #[serde(default, deserialize_with = "lua_list")]
     pub duplicates: Vec<(String, String)>,
-    /// (ns, id, wind-down expiry ms) of reclaimed rows under a wind-down.
+    /// (ns, id, wind-down expiry ms, whether a move's) of reclaimed rows under a wind-down.
     #[serde(default, deserialize_with = "lua_list")]
-    pub wind_downs: Vec<(String, String, u64)>,
+    pub wind_downs: Vec<(String, String, u64, bool)>,
     /// How many buckets had lost the copy and got it back (per bucket: 0 or 1).
     #[serde(default, deserialize_with = "healed")]
     pub healed: usize,

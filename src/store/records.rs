@@ -135,7 +135,9 @@ fn list_names(hostname: Option<&str>, namespaces: &[String]) -> Vec<String> {
 }
 
 /// A placement row (contract §5): the owner session and the epoch it was placed at; a row
-/// without a session is an ownerless placeholder. `expiry` is a wind-down fence (ms).
+/// without a session is an ownerless placeholder. `expiry` is a wind-down fence (ms), `paused`
+/// an operator's pause (the data plane answers 503 for the id), `mv` a move's successor (the
+/// next placement goes to it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementRow {
@@ -149,6 +151,32 @@ pub struct PlacementRow {
     pub expiry: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mv: Option<Successor>,
+}
+
+/// An operator's pause of an instance, as its row holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Paused {
+    /// The operator's `sub` (`""` for a credential without one).
+    pub by: String,
+    /// When (ms, Redis's clock).
+    pub at: u64,
+    /// Why, as the operator said; `null` when they did not.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A move's successor, as the moved row names it until the id is placed again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Successor {
+    /// The successor's session.
+    pub to: String,
+    /// The operator's `sub`.
+    #[serde(default)]
+    pub by: String,
 }
 
 impl PlacementRow {
@@ -208,8 +236,9 @@ pub struct Drain {
 }
 
 /// A `wind_down` control message as queued (`control:{sessionId}`): `deadline` absolute (ms),
-/// absent when it revokes an earlier one.
-#[derive(Serialize)]
+/// absent when it revokes an earlier one; `"moved": true` for a move's (absent otherwise: the
+/// worker libraries read it as false), which the node's heartbeat passes on as it is.
+#[derive(Debug, Serialize)]
 pub struct WindDown<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -217,6 +246,8 @@ pub struct WindDown<'a> {
     id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     deadline: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    moved: bool,
 }
 
 impl<'a> WindDown<'a> {
@@ -226,7 +257,13 @@ impl<'a> WindDown<'a> {
             ns,
             id,
             deadline,
+            moved: false,
         }
+    }
+
+    /// The same message, telling the owner the instance moves to another worker.
+    pub fn moved(self, moved: bool) -> WindDown<'a> {
+        WindDown { moved, ..self }
     }
 }
 
@@ -285,6 +322,41 @@ mod tests {
         let fenced = PlacementRow::decode(br#"{"sessionId":"s","expiry":5}"#).unwrap();
         assert!(fenced.fenced(5) && !fenced.fenced(4));
         assert!(PlacementRow::decode(b"[1]").is_none());
+    }
+
+    #[test]
+    fn a_paused_or_moved_row_keeps_what_the_scripts_wrote() {
+        let raw = br#"{"sessionId":"","paused":{"by":"ops","at":7,"reason":"incident 12"},"mv":{"to":"s2","by":"ops"}}"#;
+        let row = PlacementRow::decode(raw).unwrap();
+        assert_eq!(row.owner(), None);
+        let paused = row.paused.as_ref().unwrap();
+        assert_eq!(
+            (&*paused.by, paused.at, paused.reason.as_deref()),
+            ("ops", 7, Some("incident 12"))
+        );
+        assert_eq!(row.mv.as_ref().unwrap().to, "s2");
+        // A pause without a reason (the script leaves it out).
+        let row = PlacementRow::decode(br#"{"sessionId":"s","paused":{"by":"","at":1}}"#).unwrap();
+        assert_eq!(row.paused.unwrap().reason, None);
+    }
+
+    #[test]
+    fn a_moves_wind_down_says_moved_and_only_then() {
+        let plain = serde_json::to_value(WindDown::new("/t", "a", Some(5))).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"type": "wind_down", "ns": "/t", "id": "a", "deadline": 5})
+        );
+        let moved = WindDown::new("/t", "a", Some(5)).moved(true);
+        assert_eq!(
+            serde_json::to_value(moved).unwrap(),
+            serde_json::json!({"type": "wind_down", "ns": "/t", "id": "a", "deadline": 5, "moved": true})
+        );
+        let revoked = serde_json::to_value(WindDown::new("/t", "a", None).moved(false)).unwrap();
+        assert_eq!(
+            revoked,
+            serde_json::json!({"type": "wind_down", "ns": "/t", "id": "a"})
+        );
     }
 
     #[test]

@@ -1,15 +1,16 @@
-//! Compare-and-set writes of placement rows that change an owner or a fence, and so append to
-//! the ownership ledger in the same script: a release (`release.lua`: the worker's, or the
-//! node's own for a forward that never reached its worker) and an operator's wind-down
-//! (`wind_down.lua`). Each is one script call per bucket and per [`SCRIPT_PAGE`] rows, with
-//! the bucket's ledger keys declared beside the rows' hashes.
+//! Compare-and-set writes of placement rows that change an owner, a fence or a pause, and so
+//! append to the ownership ledger in the same script: a release (`release.lua`: the worker's,
+//! or the node's own for a forward that never reached its worker), an operator's wind-down or
+//! move (`wind_down.lua`), and an operator's pause or resume of one id (`pause.lua`). Each is
+//! one script call per bucket and per [`SCRIPT_PAGE`] rows, with the bucket's ledger keys
+//! declared beside the rows' hashes.
 
 use serde::Deserialize;
 
-use super::records::lua_option;
-use super::scripts::{RELEASE, WIND_DOWN};
-use super::{KeyName, SCRIPT_PAGE, Store};
-use crate::error::Error;
+use super::records::{PlacementRow, lua_option};
+use super::scripts::{PAUSE, RELEASE, WIND_DOWN};
+use super::{KeyName, SCRIPT_PAGE, Store, bucket_of};
+use crate::error::{Error, Origin};
 
 /// A row to free, while it still belongs to `session_id` at `epoch` (`""`: an epoch-less row).
 pub struct Release<'a> {
@@ -18,6 +19,36 @@ pub struct Release<'a> {
     pub id: &'a str,
     pub session_id: &'a str,
     pub epoch: &'a str,
+}
+
+/// An operator's fence of rows: a wind-down's (seconds, `""` clears) or a move's, which also
+/// names the successor session the next placement goes to (`""`: none, the normal choice).
+pub struct Fence<'a> {
+    pub deadline: &'a str,
+    pub successor: &'a str,
+    /// The operator's `sub`, which the ledger names as the fence's author.
+    pub by: &'a str,
+}
+
+/// What an operator's pause or resume asks of one id's row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pause<'a> {
+    /// Pause, with the operator's reason (`""`: none given).
+    Pause {
+        reason: &'a str,
+    },
+    Resume,
+}
+
+/// What [`Store::pause`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PauseOutcome {
+    /// Paused or resumed, and appended to the ledger.
+    Changed,
+    /// Already so: nothing written.
+    Unchanged,
+    /// The row's owner is no longer the one read: nothing written.
+    Stale,
 }
 
 /// A row a wind-down stamped: (id, its owner, the fence set, `None` for one cleared).
@@ -65,34 +96,81 @@ impl Store {
         Ok(freed)
     }
 
-    /// An operator's wind-down of `rows` ((id, sessionId, epoch) as read, at most
-    /// [`SCRIPT_PAGE`]) of (env, ns) in `bucket`: each still as read gets the fence
-    /// `deadline` (seconds, `""` clears), and a ledger entry by the operator `by`. The rows
-    /// stamped.
+    /// An operator's wind-down or move of `rows` ((id, sessionId, epoch) as read, at most
+    /// [`SCRIPT_PAGE`]) of (env, ns) in `bucket`: each still as read gets the `fence` (and a
+    /// move's successor, or none), and a ledger entry by the operator. The rows stamped.
     pub async fn wind_down(
         &self,
         bucket: u32,
         env: &str,
         ns: &str,
-        deadline: &str,
-        by: &str,
+        fence: &Fence<'_>,
         rows: &[(&str, &str, &str)],
     ) -> Result<Vec<Stamped>, Error> {
         debug_assert!(rows.len() <= SCRIPT_PAGE);
         let placements = self.keys.placements(bucket, env, ns);
         let [ledger, last] = self.ledger_keys(bucket);
         let mut args: Vec<&[u8]> = vec![
-            deadline.as_bytes(),
+            fence.deadline.as_bytes(),
             self.lease.as_bytes(),
             self.ledger.as_bytes(),
             env.as_bytes(),
             ns.as_bytes(),
-            by.as_bytes(),
+            fence.by.as_bytes(),
+            fence.successor.as_bytes(),
         ];
         for (id, session_id, epoch) in rows {
             args.extend([id.as_bytes(), session_id.as_bytes(), epoch.as_bytes()]);
         }
         self.run(&WIND_DOWN, &[placements.as_bytes(), ledger, last], &args)
             .await
+    }
+}
+
+impl Store {
+    /// An operator's pause or resume of `id` in (env, ns), by the operator `by`, while its row
+    /// is still `read` (`None`: there was none): see `lua/pause.lua`.
+    pub async fn pause(
+        &self,
+        env: &str,
+        ns: &str,
+        id: &str,
+        read: Option<&PlacementRow>,
+        ask: Pause<'_>,
+        by: &str,
+    ) -> Result<PauseOutcome, Error> {
+        let bucket = bucket_of(id, self.keys.shards());
+        let placements = self.keys.placements(bucket, env, ns);
+        let [ledger, last] = self.ledger_keys(bucket);
+        let owner = match read {
+            None => "-",
+            Some(row) => row.session_id.as_deref().unwrap_or(""),
+        };
+        let (op, reason) = match ask {
+            Pause::Pause { reason } => ("pause", reason),
+            Pause::Resume => ("resume", ""),
+        };
+        let args: [&[u8]; 8] = [
+            op.as_bytes(),
+            id.as_bytes(),
+            owner.as_bytes(),
+            self.ledger.as_bytes(),
+            env.as_bytes(),
+            ns.as_bytes(),
+            by.as_bytes(),
+            reason.as_bytes(),
+        ];
+        let reply = (self.redis)
+            .evalsha(&PAUSE, &[placements.as_bytes(), ledger, last], &args)
+            .await?;
+        match reply.as_str() {
+            Some("changed") => Ok(PauseOutcome::Changed),
+            Some("unchanged") => Ok(PauseOutcome::Unchanged),
+            Some("stale") => Ok(PauseOutcome::Stale),
+            _ => Err(Error::new(
+                Origin::Internal,
+                format!("pause answered {reply:?}"),
+            )),
+        }
     }
 }

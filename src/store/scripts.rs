@@ -8,7 +8,7 @@ use crate::redis::Script;
 
 /// Every script, by name: a script's index here is what its Redis duration series is kept
 /// under (`pinboard_redis_duration_seconds{script}`).
-pub const NAMES: [&str; 23] = [
+pub const NAMES: [&str; 24] = [
     "ready",
     "register",
     "heartbeat",
@@ -32,6 +32,7 @@ pub const NAMES: [&str; 23] = [
     "forget_namespace",
     "history",
     "ledger_prune",
+    "pause",
 ];
 
 /// The position of `name` in [`NAMES`]; a name missing there fails the build.
@@ -201,9 +202,11 @@ pub static FORGET_NAMESPACE: LazyLock<Script> = script!("forget_namespace");
 pub static HISTORY: LazyLock<Script> = script!("history");
 /// The sweeper prunes `ledger:last` fields whose entry the stream's cap trimmed.
 pub static LEDGER_PRUNE: LazyLock<Script> = script!("ledger_prune");
+/// An operator's pause or resume of one id: the paused field of its row, compare-and-set.
+pub static PAUSE: LazyLock<Script> = script!("pause");
 
 /// Every script, for the checks below and for `lua/README.md`.
-pub static ALL: [&LazyLock<Script>; 23] = [
+pub static ALL: [&LazyLock<Script>; 24] = [
     &READY,
     &REGISTER,
     &HEARTBEAT,
@@ -227,6 +230,7 @@ pub static ALL: [&LazyLock<Script>; 23] = [
     &WAKE_DONE,
     &HISTORY,
     &LEDGER_PRUNE,
+    &PAUSE,
 ];
 
 #[cfg(test)]
@@ -245,6 +249,7 @@ mod tests {
                 "epoch_next",
                 "epoch_max",
                 "owner_of",
+                "placeholder_of",
                 "ledger_field",
                 "ledger_append",
                 "prune_registry"

@@ -1,9 +1,10 @@
-//! Child processes of a test: finding a workspace binary next to the test executable, whether
-//! a system program is installed, and reading what a child prints while it runs.
+//! Child processes of a test: finding a workspace binary next to the test executable, starting
+//! `pinned-example`, whether a system program is installed, and reading what a child prints
+//! while it runs.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::Child;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 
@@ -25,6 +26,61 @@ pub fn sibling_binary(name: &str, env_var: &str, build: &str) -> PathBuf {
         bin.display()
     );
     bin
+}
+
+/// A `pinned-example` to start: the binary, and what it registers with.
+pub struct PinnedExample<'a> {
+    pub bin: &'a Path,
+    pub registry: &'a str,
+    /// Comma-separated (`/threads,/docs`).
+    pub namespaces: &'a str,
+    pub client_id: &'a str,
+}
+
+impl PinnedExample<'_> {
+    /// The binary next to this test's ([`sibling_binary`]).
+    pub fn sibling() -> PathBuf {
+        sibling_binary(
+            "pinned-example",
+            "PINNED_EXAMPLE_BIN",
+            "cargo build -p pinned --bin pinned-example",
+        )
+    }
+
+    /// Started with `extra` arguments and the credential `env` gives (`PINNED_TOKEN` or
+    /// `PINNED_TOKEN_FILE`; this process's own are not passed on), its log at `info`: the child
+    /// and its output, captured.
+    pub fn spawn(&self, extra: &[&str], env: &[(&str, &str)]) -> (Child, Output) {
+        let mut child = Command::new(self.bin)
+            .args(["--registry", self.registry, "--namespaces", self.namespaces])
+            .args(["--client-id", self.client_id])
+            .args(extra)
+            .env_remove("PINNED_TOKEN")
+            .env_remove("PINNED_TOKEN_FILE")
+            .envs(env.iter().copied())
+            .env("PINNED_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn pinned-example");
+        let output = Output::capture(&mut child);
+        (child, output)
+    }
+}
+
+/// The ticks a `pinned-example` `log` shows for `/threads/{id}`, in order (`tick ns=… id=…
+/// ticks=N`, one line per `_wake` its ticker ran).
+pub fn ticks_logged(log: &[String], id: &str) -> Vec<u64> {
+    let instance = format!(" ns=/threads id={id} ");
+    log.iter()
+        .filter(|line| line.contains(" tick ") && line.contains(&instance))
+        .filter_map(|line| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix("ticks="))
+        })
+        .map(|n| n.parse().unwrap())
+        .collect()
 }
 
 /// Whether `program` (from Debian's `package`) runs here. Without it, `what` is skipped with a
