@@ -34,11 +34,8 @@ fn client_after(source: &str, addr: SocketAddr, preface: &[u8]) -> Client {
 
 /// A v2 header: `command` 0 LOCAL / 1 PROXY, `family` the family and transport byte.
 fn v2(command: u8, family: u8, payload: &[u8]) -> Vec<u8> {
-    let mut header = V2_SIGNATURE.to_vec();
-    header.extend([0x20 | command, family]);
-    header.extend((payload.len() as u16).to_be_bytes());
-    header.extend(payload);
-    header
+    let len = (payload.len() as u16).to_be_bytes();
+    [V2_SIGNATURE, &[0x20 | command, family], &len, payload].concat()
 }
 
 /// A v2 PROXY header over TCP/IPv4 from `source:port`, with a NOOP TLV.
