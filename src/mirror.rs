@@ -5,7 +5,6 @@
 //! reads it. `/metrics` takes the view while it is at most [`MEMO`] old and reads a fresh one
 //! itself otherwise (Redis away: `500 metrics collection failed`).
 
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +13,7 @@ use futures_util::future::join_all;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
+use crate::metrics::FleetView;
 use crate::error::Error;
 use crate::node::Core;
 use crate::runtime::Shutdown;
@@ -21,25 +21,6 @@ use crate::store::Store;
 
 /// How long `/metrics` serves one view.
 pub const MEMO: Duration = Duration::from_secs(5);
-
-/// The fleet as the registry last said, for the gauges.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct FleetView {
-    /// Live workers (lease not run out) per (namespace, hostname, env) — hostname and env
-    /// empty in single mode: how many, how many of them draining, how many degraded.
-    pub workers: BTreeMap<(String, String, String), WorkerCounts>,
-    /// Placement rows per (namespace, env) over every bucket (placed or not yet swept).
-    pub placements: BTreeMap<(String, String), u64>,
-    /// The node holding the sweeper lease, if any.
-    pub sweeper: Option<String>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WorkerCounts {
-    pub live: u64,
-    pub draining: u64,
-    pub degraded: u64,
-}
 
 /// The last view and when it was read, shared by the node's cores (read per scrape, written
 /// per poll: never on the request path).

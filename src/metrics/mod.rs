@@ -7,6 +7,7 @@
 
 pub mod histogram;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -73,6 +74,26 @@ impl ConnectionRefusal {
             ConnectionRefusal::ProxyHeader => "proxy_header",
         }
     }
+}
+
+/// The fleet as the registry last said, for the gauges: what the mirror poll (`crate::mirror`)
+/// reads and `/metrics` renders; defined here, so that rendering depends on no poll.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FleetView {
+    /// Live workers (lease not run out) per (namespace, hostname, env) — hostname and env
+    /// empty in single mode: how many, how many of them draining, how many degraded.
+    pub workers: BTreeMap<(String, String, String), WorkerCounts>,
+    /// Placement rows per (namespace, env) over every bucket (placed or not yet swept).
+    pub placements: BTreeMap<(String, String), u64>,
+    /// The node holding the sweeper lease, if any.
+    pub sweeper: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCounts {
+    pub live: u64,
+    pub draining: u64,
+    pub degraded: u64,
 }
 
 /// Why a forward failed at the worker, for `pinboard_upstream_errors_total{kind}`.
@@ -384,7 +405,7 @@ pub struct Snapshot {
     /// Per worker (advertise URL): forwards in flight, idle pooled connections.
     pub workers: Vec<(String, u64, u64)>,
     /// The fleet as the mirror poll read it.
-    pub fleet: std::sync::Arc<crate::mirror::FleetView>,
+    pub fleet: std::sync::Arc<FleetView>,
     /// Label workers and placements with hostname and env (hostname-aware mode).
     pub hostname_aware: bool,
 }
