@@ -13,10 +13,10 @@ use futures_util::future::join_all;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
-use crate::metrics::FleetView;
 use crate::error::Error;
+use crate::http::Shutdown;
+use crate::metrics::FleetView;
 use crate::node::Core;
-use crate::runtime::Shutdown;
 use crate::store::Store;
 
 /// How long `/metrics` serves one view.

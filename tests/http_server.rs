@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 
 use http::StatusCode;
 use pinboard::error::{Error, Origin};
+use pinboard::http::Shutdown;
 use pinboard::http::{Handler, Limits, Request, Response, read_json, serve_connection};
-use pinboard::runtime::Shutdown;
 use serde::Deserialize;
 use support::http::Client;
 

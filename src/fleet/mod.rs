@@ -23,9 +23,9 @@ use tracing::{debug, info, warn};
 use crate::answers::{self, Fail};
 use crate::config::Config;
 use crate::error::{Error, Origin};
+use crate::http::Shutdown;
 use crate::node::Core;
 use crate::redis::RedisError;
-use crate::runtime::Shutdown;
 use crate::store::scripts::FLEET;
 
 /// Whether this node may serve, and if not, why.

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use monoio::{LegacyDriver, RuntimeBuilder};
 use tracing::{error, info, warn};
 
-pub use pinboard_http::Shutdown;
+use pinboard_http::Shutdown;
 pub use scrape::bind as bind_metrics;
 
 use crate::config::DriverKind;

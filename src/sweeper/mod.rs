@@ -22,8 +22,8 @@ use std::sync::atomic::Ordering;
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
+use crate::http::Shutdown;
 use crate::node::Core;
-use crate::runtime::Shutdown;
 
 /// Whether this node holds the lease, and until when it is sure to (the lease was set with a
 /// TTL of one lease from before the claim was sent).
