@@ -74,6 +74,12 @@ struct Line<'a> {
     client: String,
     method: &'a str,
     path: &'a str,
+    /// `HTTP/1.0` or `HTTP/1.1`; empty for a head refused before it was read whole.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    protocol: &'a str,
+    /// `http`, or `https` on the TLS listener; empty as `protocol`.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    scheme: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     ns: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
@@ -189,6 +195,8 @@ impl AccessLog {
             client: client.to_string(),
             method: req.map_or("", |r| r.method().as_str()),
             path: req.map_or("", |r| r.path()),
+            protocol: req.map_or("", |r| protocol_of(r.version())),
+            scheme: req.map_or("", |r| if r.secure() { "https" } else { "http" }),
             ns: &record.ns,
             id: &record.id,
             status: response.status.as_u16(),
@@ -289,6 +297,16 @@ fn error_of(response: &Response) -> Option<String> {
 
 /// `key=value` pairs after the time, values quoted when they hold a space, a quote or a
 /// control byte (escaped as JSON strings are), empty fields left out.
+/// The protocol as the access log names it (nginx's `$server_protocol`).
+fn protocol_of(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        _ => "",
+    }
+}
+
 fn text_line(line: &Line<'_>, buf: &mut Vec<u8>) {
     let _ = write!(buf, "{}", line.time);
     let mut field = |name: &str, value: &str| {
@@ -311,6 +329,8 @@ fn text_line(line: &Line<'_>, buf: &mut Vec<u8>) {
     field("client", &line.client);
     field("method", line.method);
     field("path", line.path);
+    field("protocol", line.protocol);
+    field("scheme", line.scheme);
     field("ns", line.ns);
     field("id", line.id);
     field("status", itoa::Buffer::new().format(line.status));
@@ -395,6 +415,8 @@ mod tests {
             client: "127.0.0.1".into(),
             method: "GET",
             path: "/threads/abc/x",
+            protocol: "HTTP/1.1",
+            scheme: "https",
             ns: "/threads",
             id: "abc",
             status: 503,
@@ -418,7 +440,7 @@ mod tests {
             String::from_utf8(buf).unwrap(),
             "2026-12-03T09:43:41.123Z node=edge-1 request_id=\"req 1\" \
              trace_id=4bf92f3577b34da6a3ce929d0e0e4736 client=127.0.0.1 method=GET \
-             path=/threads/abc/x ns=/threads id=abc status=503 bytes_in=0 bytes_out=120 \
+             path=/threads/abc/x protocol=HTTP/1.1 scheme=https ns=/threads id=abc status=503 bytes_in=0 bytes_out=120 \
              total_ms=1.25 resolve_ms=0.5 outcome=no-backends error=\"no backends\""
         );
         let json: serde_json::Value = serde_json::to_value(line(None)).unwrap();

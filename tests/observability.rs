@@ -189,6 +189,10 @@ fn every_answer_is_identified_counted_and_logged() {
     assert_eq!(first["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_eq!(first["path"], "/threads/a1/x", "no query string");
     assert_eq!(
+        (&first["protocol"], &first["scheme"]),
+        (&"HTTP/1.1".into(), &"http".into())
+    );
+    assert_eq!(
         (&first["ns"], &first["id"]),
         (&"/threads".into(), &"a1".into())
     );
@@ -232,6 +236,7 @@ fn every_answer_is_identified_counted_and_logged() {
         panic!("{lines:?}")
     };
     assert_eq!(head_refused["error"], "bad request");
+    assert!(head_refused.get("protocol").is_none(), "{head_refused}");
 
     // logrotate: the file moved away, SIGUSR1, and the next lines go to a new file.
     let rotated = dir.path().join("access.log.1");

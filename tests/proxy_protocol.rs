@@ -140,8 +140,10 @@ fn a_balancers_header_names_the_client_for_the_worker_the_log_and_every_request_
     assert!(
         eventually(Duration::from_secs(5), || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            text.contains("\"client\":\"203.0.113.7\"")
-                && text.contains("\"client\":\"198.51.100.9\"")
+            text.contains(
+                "\"client\":\"203.0.113.7\",\"method\":\"GET\",\"path\":\"/threads/pp-a\",\
+                 \"protocol\":\"HTTP/1.1\",\"scheme\":\"http\"",
+            ) && text.contains("\"client\":\"198.51.100.9\"")
         }),
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
