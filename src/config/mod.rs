@@ -133,6 +133,8 @@ pub struct Config {
     pub placement: PlacementLimits,
     /// The ownership ledger: every change of an instance's owner or fence, kept per bucket.
     pub ledger: LedgerSettings,
+    /// Strict mode: how many Redis replicas must hold a new placement before it is forwarded.
+    pub redis: StrictWrites,
 }
 
 /// What one client may hold or make (`src/limits/`).
@@ -180,6 +182,31 @@ impl LedgerSettings {
     /// The cap the scripts are given, `None` with the ledger off.
     pub fn cap(&self) -> Option<u64> {
         self.enabled.then_some(self.max_entries_per_bucket)
+    }
+}
+
+/// Strict mode (`src/placement/strict.rs`): after any script that writes a placement, the node
+/// sends `WAIT wait_replicas wait_timeout_ms` and forwards only once that many replicas hold
+/// the write; otherwise the placement is released and the request answers 503.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StrictWrites {
+    /// Replicas that must acknowledge a placement write, 0–100. Default 0: no WAIT (strict mode
+    /// off).
+    pub wait_replicas: u32,
+    /// How long WAIT may block, in ms, 1–86400000 and below `redis_timeout_ms` when
+    /// `wait_replicas` is set (the WAIT is a Redis request like any other). Default 100: a
+    /// healthy replica acknowledges within a round trip (well under a millisecond on a LAN, a
+    /// few across zones), and a refused placement should not cost its client much more than
+    /// that; 100 ms also rides over a replica's short stall (a fork for a snapshot).
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for StrictWrites {
+    fn default() -> Self {
+        StrictWrites {
+            wait_replicas: 0,
+            wait_timeout_ms: 100,
+        }
     }
 }
 
@@ -432,6 +459,7 @@ impl Default for Config {
             },
             placement: PlacementLimits::default(),
             ledger: LedgerSettings::default(),
+            redis: StrictWrites::default(),
         }
     }
 }
@@ -497,6 +525,9 @@ impl Config {
             .check_metrics_listen()
             .map_err(|e| origins.annotate(e))?;
         config.check_key_files().map_err(|e| origins.annotate(e))?;
+        config
+            .check_wait_timeout()
+            .map_err(|e| origins.annotate(e))?;
         Ok(config)
     }
 
@@ -588,6 +619,22 @@ impl Config {
             return Err(ConfigError::new(
                 "metrics_listen",
                 format!("{metrics} takes the port of listen ({listen}): pick another"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Strict mode's WAIT is a Redis request: its timeout must end before the request's own
+    /// bound (`redis_timeout_ms`) would give it up.
+    fn check_wait_timeout(&self) -> Result<(), ConfigError> {
+        let strict = &self.redis;
+        if strict.wait_replicas > 0 && strict.wait_timeout_ms >= self.redis_timeout_ms {
+            return Err(ConfigError::new(
+                "redis.wait_timeout_ms",
+                format!(
+                    "must be below redis_timeout_ms ({}) while redis.wait_replicas is set, got {}",
+                    self.redis_timeout_ms, strict.wait_timeout_ms
+                ),
             ));
         }
         Ok(())
@@ -888,6 +935,10 @@ max_rows_per_namespace = 5000
 [ledger]
 enabled = false
 max_entries_per_bucket = 500
+
+[redis]
+wait_replicas = 1
+wait_timeout_ms = 50
 "#;
 
     fn full() -> Config {
@@ -969,6 +1020,10 @@ max_entries_per_bucket = 500
             ledger: LedgerSettings {
                 enabled: false,
                 max_entries_per_bucket: 500,
+            },
+            redis: StrictWrites {
+                wait_replicas: 1,
+                wait_timeout_ms: 50,
             },
         }
     }
@@ -1107,6 +1162,8 @@ max_entries_per_bucket = 500
             ("PINBOARD_PLACEMENT__MAX_ROWS_PER_NAMESPACE", "5000"),
             ("PINBOARD_LEDGER__ENABLED", "false"),
             ("PINBOARD_LEDGER__MAX_ENTRIES_PER_BUCKET", "500"),
+            ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
+            ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "50"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
@@ -1185,6 +1242,39 @@ max_entries_per_bucket = 500
                 &[("PINBOARD_LEDGER__ENABLED", "off")],
                 "ledger.enabled",
                 "PINBOARD_LEDGER__ENABLED",
+            ),
+            (
+                "[redis]\nwait_replicas = -1",
+                &[],
+                "redis.wait_replicas",
+                "from 0 to 100, got -1",
+            ),
+            (
+                "",
+                &[("PINBOARD_REDIS__WAIT_REPLICAS", "one")],
+                "redis.wait_replicas",
+                "got \"one\" (from PINBOARD_REDIS__WAIT_REPLICAS)",
+            ),
+            (
+                "[redis]\nwait_timeout_ms = 0",
+                &[],
+                "redis.wait_timeout_ms",
+                "from 1 to 86400000, got 0",
+            ),
+            (
+                "redis_timeout_ms = 500\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 500",
+                &[],
+                "redis.wait_timeout_ms",
+                "must be below redis_timeout_ms (500) while redis.wait_replicas is set, got 500",
+            ),
+            (
+                "",
+                &[
+                    ("PINBOARD_REDIS__WAIT_REPLICAS", "2"),
+                    ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "2000"),
+                ],
+                "redis.wait_timeout_ms",
+                "(from PINBOARD_REDIS__WAIT_TIMEOUT_MS)",
             ),
             ("threads = -1", &[], "threads", "got -1"),
             ("threads = 1.5", &[], "threads", "got 1.5"),
