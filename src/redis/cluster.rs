@@ -20,8 +20,9 @@ use redis_protocol::redis_keyslot;
 use tracing::{debug, info, warn};
 
 use super::client::RedisOptions;
+use super::failover::Failovers;
 use super::login::Login;
-use super::node::{Backoff, Node};
+use super::node::{Backoff, Node, OnFailover};
 use super::notify::Notify;
 use super::target::parse_endpoint;
 use super::{Endpoint, RedisError, Reply};
@@ -56,10 +57,12 @@ struct Shared {
     refresh: Notify,
 }
 
-/// How every connection of the cluster is opened: one login, one set of options.
+/// How every connection of the cluster is opened: one login, one set of options, and who is
+/// told when a master's address answers with another server.
 struct NodeTemplate {
     login: Rc<Login>,
     opts: RedisOptions,
+    on_failover: OnFailover,
 }
 
 impl NodeTemplate {
@@ -68,6 +71,7 @@ impl NodeTemplate {
             endpoint.clone(),
             self.login.clone(),
             self.opts.clone(),
+            Some(self.on_failover.clone()),
         ))
     }
 }
@@ -80,12 +84,27 @@ struct SlotMap {
 }
 
 impl Cluster {
-    pub(crate) fn connect(seeds: Vec<Endpoint>, login: Login, opts: RedisOptions) -> Cluster {
-        let shared = Rc::new(Shared {
+    /// A master that fails over marks the slots the map gives it in `failovers`.
+    pub(crate) fn connect(
+        seeds: Vec<Endpoint>,
+        login: Rc<Login>,
+        opts: RedisOptions,
+        failovers: Rc<Failovers>,
+    ) -> Cluster {
+        let shared = Rc::new_cyclic(|shared: &std::rc::Weak<Shared>| Shared {
             seeds,
             nodes: NodeTemplate {
-                login: Rc::new(login),
+                login,
                 opts,
+                on_failover: {
+                    let shared = shared.clone();
+                    Rc::new(move |endpoint: &Endpoint, server_ms| {
+                        if let Some(shared) = shared.upgrade() {
+                            let slots = shared.map.borrow().slots_of(endpoint);
+                            failovers.mark(Some(slots), server_ms);
+                        }
+                    })
+                },
             },
             map: RefCell::new(SlotMap {
                 nodes: Vec::new(),
@@ -209,6 +228,18 @@ impl SlotMap {
                 .or(self.nodes.first()),
         };
         node.cloned()
+    }
+
+    /// The slots this map gives the master at `endpoint`.
+    fn slots_of(&self, endpoint: &Endpoint) -> std::collections::BTreeSet<u16> {
+        let Some(index) = self.nodes.iter().position(|n| n.endpoint() == endpoint) else {
+            return Default::default();
+        };
+        (0..)
+            .zip(&self.slots)
+            .filter(|(_, owner)| usize::from(**owner) == index)
+            .map(|(slot, _)| slot)
+            .collect()
     }
 
     /// The node for `endpoint`, started now if this map has none yet.

@@ -13,6 +13,7 @@
 mod client;
 mod cluster;
 mod connection;
+mod failover;
 mod login;
 mod node;
 mod notify;
@@ -27,7 +28,8 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Origin};
 
-pub use client::{Redis, RedisOptions};
+pub use client::{Redis, RedisOptions, WAIT_BARRIER};
+pub use failover::FailedOver;
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
 pub use login::{LoginError, check_login};
