@@ -3,11 +3,14 @@
 //!
 //! The decision itself is `lua/resolve.lua`, run by EVALSHA in the id's bucket, so two nodes
 //! resolving the same new id at once cannot both place it. In hostname-aware mode the
-//! binding lookup (`lua/binding.lua`, registry slot) runs first.
+//! binding lookup (`lua/binding.lua`, registry slot) runs first. In strict mode a new
+//! placement must reach Redis's replicas before it counts (`strict`).
 
 mod affinity;
+mod strict;
 
 pub use affinity::{client_ip, key as affinity_key};
+pub use strict::Strict;
 
 use std::time::Duration;
 
@@ -64,6 +67,8 @@ pub enum Outcome {
     RateLimited(Duration),
     /// A new row refused: the namespace holds `placement.max_rows_per_namespace`.
     NamespaceFull,
+    /// Strict mode: a new placement the replicas did not acknowledge in time, released.
+    Unreplicated,
 }
 
 impl Outcome {
@@ -80,6 +85,7 @@ impl Outcome {
             Outcome::EnvConflict => "env-conflict",
             Outcome::RateLimited(_) => "rate-limited",
             Outcome::NamespaceFull => "namespace-full",
+            Outcome::Unreplicated => "unreplicated",
         }
     }
 
@@ -111,6 +117,7 @@ impl Outcome {
             Outcome::NamespaceFull => {
                 answers::unavailable("namespace placement limit reached", Duration::ZERO)
             }
+            Outcome::Unreplicated => answers::registry_unavailable(),
         }
     }
 }
@@ -190,6 +197,8 @@ pub struct Constants {
     /// bucket's share of `placement.max_rows_per_namespace` (ids spread evenly over the
     /// buckets, and a count kept elsewhere would be a key outside the bucket's slot).
     max_rows: String,
+    /// Strict mode, when it is on.
+    strict: Option<Strict>,
 }
 
 impl Constants {
@@ -200,6 +209,7 @@ impl Constants {
             max_rows: (config.placement.max_rows_per_namespace).map_or_else(String::new, |n| {
                 n.div_ceil(u64::from(config.shards)).to_string()
             }),
+            strict: Strict::of(config),
         }
     }
 }
@@ -257,6 +267,9 @@ pub async fn resolve(
     let placements = keys.placements(bucket, req.env, req.ns);
     let overwritten = keys.overwritten(bucket, req.env, req.ns);
     let nsw = keys.nsw(bucket, req.hostname, req.ns);
+    if let Some(strict) = &constants.strict {
+        strict.quarantine_failed_over(store).await?;
+    }
     let reply = store
         .redis
         .evalsha(
@@ -280,6 +293,13 @@ pub async fn resolve(
     // Hostname-aware: no candidate for this hostname is "no live workers for hostname".
     if outcome == Outcome::NoBackends && !req.hostname.is_empty() {
         outcome = Outcome::NoHostnameWorkers;
+    }
+    if let (Outcome::Forward(placed @ Placement { placed: true, .. }), Some(strict)) =
+        (&outcome, &constants.strict)
+        && !strict.replicated(store, &placements).await
+    {
+        release(store, req, placed).await?;
+        outcome = Outcome::Unreplicated;
     }
     Ok(outcome)
 }
