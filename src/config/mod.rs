@@ -543,6 +543,8 @@ impl Config {
         // A node_id left unset is the running one (a random default would be drawn again).
         let mut config = Config::from_sources(file, env, Some(&running.node_id))?;
         let kept = keep_running(&mut config, running);
+        // Checked again against the running `redis_timeout_ms`, which a reload keeps.
+        config.check_wait_timeout()?;
         Ok((config, kept))
     }
 
@@ -1881,6 +1883,18 @@ wait_timeout_ms = 50
         )
         .unwrap_err();
         assert_eq!(e.key, "forwards.timeout_ms");
+        // Strict mode's WAIT is checked against the redis_timeout_ms the node keeps running.
+        let e = Config::reload(
+            Some((
+                Path::new("/etc/pinboard.toml"),
+                "redis_timeout_ms = 9000\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 5000",
+            )),
+            env(&[SECRET]),
+            &running,
+        )
+        .unwrap_err();
+        assert_eq!(e.key, "redis.wait_timeout_ms");
+        assert!(e.message.contains("below redis_timeout_ms (2000)"), "{e}");
     }
 
     #[test]
