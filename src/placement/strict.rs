@@ -8,8 +8,9 @@
 //!   ledger records `released`) and the request answers 503 `registry unavailable, retry`
 //!   (outcome `unreplicated`). A steady request (an existing row) never waits.
 //! - A failover (a master's address answering with another server, see
-//!   `crate::redis::failover`) re-stamps the cold-start time of every bucket on that master
-//!   with Redis's clock when it was seen: the cold-start rule (`lua/resolve.lua`) then refuses
+//!   `crate::redis::failover`; in a cluster also a replica promoted in the slot map) re-stamps
+//!   the cold-start time of every bucket on that master with Redis's clock when it was seen
+//!   (or, where that clock was not read, leaves the bucket's next resolve to stamp it): the cold-start rule (`lua/resolve.lua`) then refuses
 //!   new placements there for one lease, so an id whose row the failover lost is not placed
 //!   again while its old owner's lease may still run. The stamps are queued on the same
 //!   connection ahead of this core's next placement script, and live in Redis: every node

@@ -80,7 +80,7 @@ struct WaitLane {
 }
 
 /// The channel of the `PUBLISH` each `WAIT` of the lane follows.
-pub const WAIT_BARRIER: &str = "pinboard:wait-barrier";
+const WAIT_BARRIER: &str = "pinboard:wait-barrier";
 
 impl Redis {
     /// Starts connecting in the background; must be called inside a running monoio runtime

@@ -28,7 +28,7 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Origin};
 
-pub use client::{Redis, RedisOptions, WAIT_BARRIER};
+pub use client::{Redis, RedisOptions};
 pub use failover::FailedOver;
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
