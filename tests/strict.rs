@@ -1,8 +1,8 @@
 //! Strict mode (issue 28) against a real master, a real replica (`--replicaof`), a real node and
 //! a real worker: with `redis.wait_replicas = 1` a new placement is forwarded only once the
 //! replica holds it; a replica that does not acknowledge in time gets the placement released
-//! and the request a 503 `registry unavailable, retry`, while steady requests never wait; with
-//! 0 nothing waits. A master restarted with its data (a new `run_id` at the address) holds
+//! and the request a 503 `registry unavailable, retry`, while steady requests never wait;
+//! placements waiting together share one WAIT; with 0 nothing waits. A master restarted with its data (a new `run_id` at the address) holds
 //! new placements back for one lease, shown by `/registry/health`. Bad settings are refused at
 //! start.
 
@@ -46,20 +46,40 @@ fn replicated(env: &[(&str, &str)]) -> (Fixture, RedisServer, TestWorker, String
     (f, replica, worker, session)
 }
 
+/// [`replicated`] with strict mode on (one replica) and one core, so that every request shares
+/// the node's Redis connections.
+fn strict_on_one_core(
+    redis_timeout_ms: u64,
+    wait_timeout_ms: u64,
+) -> (Fixture, RedisServer, TestWorker, String) {
+    let (redis_timeout, wait_timeout) = (redis_timeout_ms.to_string(), wait_timeout_ms.to_string());
+    replicated(&[
+        ("PINBOARD_THREADS", "1"),
+        ("PINBOARD_REDIS_TIMEOUT_MS", &redis_timeout),
+        ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
+        ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", &wait_timeout),
+    ])
+}
+
 /// Asserts that `id` is served (placed, if it was not).
 fn placed(f: &Fixture, id: &str) {
     let (r, _) = timed(f, id);
     assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());
 }
 
+/// `GET /threads/{id}/x` sent on a thread of its own: its answer and how long it took.
+fn asking(f: &Fixture, id: &str) -> thread::JoinHandle<(Reply, Duration)> {
+    let (node, path) = (f.node.addr, format!("/threads/{id}/x"));
+    thread::spawn(move || {
+        let started = Instant::now();
+        (get(node, &path, None), started.elapsed())
+    })
+}
+
 /// `GET /threads/{id}/x` sent on a thread of its own, once its new row is on the master (the
 /// request then waits for the replicas): its answer and how long it took.
 fn placing(f: &Fixture, id: &str) -> thread::JoinHandle<(Reply, Duration)> {
-    let (node, path) = (f.node.addr, format!("/threads/{id}/x"));
-    let asked = thread::spawn(move || {
-        let started = Instant::now();
-        (get(node, &path, None), started.elapsed())
-    });
+    let asked = asking(f, id);
     let written = eventually(Duration::from_secs(5), || f.row("/threads", id).is_some());
     assert!(written, "{}", f.node.log());
     asked
@@ -107,12 +127,7 @@ fn health(f: &Fixture) -> Value {
 
 #[test]
 fn a_new_placement_is_forwarded_only_once_the_replica_holds_it() {
-    let (f, replica, worker, _) = replicated(&[
-        ("PINBOARD_THREADS", "1"),
-        ("PINBOARD_REDIS_TIMEOUT_MS", "5000"),
-        ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
-        ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "4000"),
-    ]);
+    let (f, replica, worker, _) = strict_on_one_core(5000, 4000);
     // The replica up: placed, acknowledged, forwarded.
     placed(&f, "a0");
     assert!(!replica_row(&f, &replica, "a0").is_empty());
@@ -137,11 +152,7 @@ fn a_new_placement_is_forwarded_only_once_the_replica_holds_it() {
 
 #[test]
 fn an_unacknowledged_placement_is_released_and_answers_503_while_steady_requests_do_not_wait() {
-    let (f, replica, worker, _) = replicated(&[
-        ("PINBOARD_THREADS", "1"),
-        ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
-        ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "1000"),
-    ]);
+    let (f, replica, worker, _) = strict_on_one_core(2000, 1000);
     placed(&f, "a1");
 
     replica.pause();
@@ -181,6 +192,26 @@ fn an_unacknowledged_placement_is_released_and_answers_503_while_steady_requests
     placed(&f, "b1");
     assert!(served(&worker, "b1"));
     assert!(!replica_row(&f, &replica, "b1").is_empty());
+}
+
+#[test]
+fn placements_waiting_together_share_a_wait() {
+    let (f, replica, worker, _) = strict_on_one_core(20000, 1000);
+    placed(&f, "a1");
+    replica.pause();
+    // Eight at once on one core: one WAIT for the first, one for all that came during it; one
+    // each, in turn, would take eight timeouts.
+    let asked: Vec<_> = (0..8).map(|i| asking(&f, &format!("c{i}"))).collect();
+    for asked in asked {
+        let (r, took) = asked.join().unwrap();
+        assert_eq!(r.text(), UNAVAILABLE, "{}", f.node.log());
+        assert!(took < Duration::from_millis(3500), "{took:?}");
+    }
+    assert_eq!(f.metric("pinboard_strict_wait_failures_total"), 8.0);
+    assert!((0..8).all(|i| f.row("/threads", &format!("c{i}")).is_none()));
+    replica.resume();
+    placed(&f, "c0");
+    assert!(served(&worker, "c0"));
 }
 
 #[test]
@@ -281,7 +312,7 @@ fn after_a_failover_new_placements_wait_one_lease_and_health_shows_it() {
 
 #[test]
 fn without_strict_mode_a_failover_holds_nothing_back() {
-    let (mut f, _replica, worker, _) = replicated(&[("PINBOARD_LEASE_TTL_MS", "4000")]);
+    let (mut f, _replica, worker, _) = replicated(&[]);
     restart_master_with_its_data(&mut f);
     let r = once_reconnected(&f, "b1");
     assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());

@@ -1872,27 +1872,16 @@ wait_timeout_ms = 50
             config.differences(&running),
             ["forwards.timeout_ms", "namespaces"]
         );
+        let refused = |file: &str| {
+            let path = Path::new("/etc/pinboard.toml");
+            Config::reload(Some((path, file)), env(&[SECRET]), &running).unwrap_err()
+        };
         // A refused file is refused as at start.
-        let e = Config::reload(
-            Some((
-                Path::new("/etc/pinboard.toml"),
-                "[forwards]\ntimeout_ms = 0",
-            )),
-            env(&[SECRET]),
-            &running,
-        )
-        .unwrap_err();
+        let e = refused("[forwards]\ntimeout_ms = 0");
         assert_eq!(e.key, "forwards.timeout_ms");
         // Strict mode's WAIT is checked against the redis_timeout_ms the node keeps running.
-        let e = Config::reload(
-            Some((
-                Path::new("/etc/pinboard.toml"),
-                "redis_timeout_ms = 9000\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 5000",
-            )),
-            env(&[SECRET]),
-            &running,
-        )
-        .unwrap_err();
+        let e =
+            refused("redis_timeout_ms = 9000\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 5000");
         assert_eq!(e.key, "redis.wait_timeout_ms");
         assert!(e.message.contains("below redis_timeout_ms (2000)"), "{e}");
     }

@@ -14,6 +14,7 @@ use super::connection::Decimal;
 use super::failover::{FailedOver, Failovers};
 use super::login::Login;
 use super::node::Node;
+use super::wait_lane::WaitLane;
 use super::{RedisError, RedisTarget, Reply, Script};
 
 #[derive(Clone)]
@@ -64,24 +65,6 @@ enum Backend {
     Cluster(Cluster),
 }
 
-/// A single server's second connection, opened at the first `WAIT` and used for nothing else:
-/// a `WAIT` blocks its connection for up to its timeout, and on the pipelined one every
-/// request of the core would wait behind it.
-///
-/// `WAIT` counts the replicas holding the writes of its own connection, and this one writes
-/// nothing else: so each `WAIT` follows a `PUBLISH` (replicated, as every `PUBLISH` of a
-/// single server is, and later in the replication stream than any write already answered on
-/// the other connection). The channel is [`WAIT_BARRIER`]; nobody need listen.
-struct WaitLane {
-    endpoint: super::Endpoint,
-    login: Rc<Login>,
-    opts: RedisOptions,
-    node: std::cell::OnceCell<Node>,
-}
-
-/// The channel of the `PUBLISH` each `WAIT` of the lane follows.
-const WAIT_BARRIER: &str = "pinboard:wait-barrier";
-
 impl Redis {
     /// Starts connecting in the background; must be called inside a running monoio runtime
     /// with timers enabled. Until the first connection is up (through TLS for a `rediss`
@@ -101,12 +84,7 @@ impl Redis {
                 );
                 Backend::Single {
                     node: Rc::new(node),
-                    lane: WaitLane {
-                        endpoint: endpoint.clone(),
-                        login,
-                        opts,
-                        node: std::cell::OnceCell::new(),
-                    },
+                    lane: WaitLane::new(endpoint.clone(), login, opts),
                 }
             }
             RedisTarget::Cluster { seeds, .. } => Backend::Cluster(Cluster::connect(
@@ -136,8 +114,8 @@ impl Redis {
 
     /// `WAIT replicas timeout` after a write answered on the connection `key` is routed by:
     /// how many replicas acknowledged it (fewer than `replicas` when `timeout` ran out first).
-    /// A single server's goes on its own connection ([`WaitLane`]); in a cluster it goes on
-    /// the master's pipelined connection, right behind the write (a `PUBLISH` there is not
+    /// A single server's goes on a connection of its own ([`WaitLane`]); in a cluster it goes
+    /// on the master's pipelined connection, right behind the write (a `PUBLISH` there is not
     /// replicated through the stream), which the core's other requests to that master then
     /// wait behind.
     pub async fn wait_for_replicas(
@@ -146,22 +124,14 @@ impl Redis {
         replicas: u32,
         timeout: Duration,
     ) -> Result<i64, RedisError> {
+        let cluster = match &*self.backend {
+            Backend::Single { lane, .. } => return lane.wait(replicas, timeout).await,
+            Backend::Cluster(cluster) => cluster,
+        };
         let replicas = Decimal::new(replicas as usize);
         let millis = Decimal::new(timeout.as_millis() as usize);
         let wait: [&[u8]; 3] = [b"WAIT", replicas.as_bytes(), millis.as_bytes()];
-        let acknowledged = match &*self.backend {
-            Backend::Single { lane, .. } => {
-                let node = lane.node();
-                if !node.connected_within(lane.opts.connect_timeout).await {
-                    return Err(RedisError::Disconnected);
-                }
-                let barrier = node.send(&[&[b"PUBLISH", WAIT_BARRIER.as_bytes(), b""]]);
-                let waited = node.send(&[&wait]);
-                barrier.await?;
-                waited.await?
-            }
-            Backend::Cluster(cluster) => cluster.request(Some(key), &[&wait]).await.0?,
-        };
+        let acknowledged = cluster.request(Some(key), &[&wait]).await.0?;
         acknowledged
             .as_int()
             .ok_or_else(|| RedisError::Protocol(format!("WAIT answered {acknowledged:?}")))
@@ -247,19 +217,6 @@ impl Redis {
             Backend::Single { node, .. } => (node.send(parts).await, Some(node.clone())),
             Backend::Cluster(cluster) => cluster.request(key, parts).await,
         }
-    }
-}
-
-impl WaitLane {
-    fn node(&self) -> &Node {
-        self.node.get_or_init(|| {
-            Node::spawn(
-                self.endpoint.clone(),
-                self.login.clone(),
-                self.opts.clone(),
-                None,
-            )
-        })
     }
 }
 

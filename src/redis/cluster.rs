@@ -497,12 +497,12 @@ mod tests {
     fn a_slot_whose_replica_became_its_master_was_failed_over() {
         let (a, b, c) = (ep("h", 7000), ep("h", 7001), ep("h", 7002));
         let before = [
-            range(0, 99, a.clone(), &[b.clone()]),
+            range(0, 99, a.clone(), std::slice::from_ref(&b)),
             range(100, 199, c.clone(), &[]),
         ];
         // b promoted for 0–99; 100–149 migrated to a (no replica of it: a resharding).
         let after = [
-            range(0, 99, b.clone(), &[a.clone()]),
+            range(0, 99, b, std::slice::from_ref(&a)),
             range(100, 149, a, &[]),
             range(150, 199, c, &[]),
         ];

@@ -20,6 +20,7 @@ mod notify;
 mod script;
 mod slots;
 mod target;
+mod wait_lane;
 
 use std::fmt;
 use std::ops::Deref;

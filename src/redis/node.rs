@@ -55,6 +55,8 @@ pub(crate) type OnFailover = Rc<dyn Fn(&Endpoint, Option<i64>)>;
 struct Watch {
     seen: RefCell<Option<Identity>>,
     on_failover: OnFailover,
+    /// Whether a server's refusal to say who it is was logged.
+    told_unseen: std::cell::Cell<bool>,
 }
 
 struct Link {
@@ -88,6 +90,7 @@ impl Node {
             watch: on_failover.map(|on_failover| Watch {
                 seen: RefCell::new(None),
                 on_failover,
+                told_unseen: std::cell::Cell::new(false),
             }),
         });
         let (stop, stopped) = oneshot::channel();
@@ -310,24 +313,33 @@ async fn tell_failover(shared: &Shared, mut conn: Connection) -> io::Result<Conn
         return Ok(conn);
     };
     let endpoint = &shared.endpoint;
-    let asked = monoio::time::timeout(shared.opts.connect_timeout, Identity::ask(&mut conn))
+    let within = shared.opts.connect_timeout;
+    let asked = monoio::time::timeout(within, Identity::ask(&mut conn))
         .await
         .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
     let identity = match asked {
         Ok(identity) => identity,
         Err(error) => {
-            if watch.seen.borrow().is_none() {
+            if !watch.told_unseen.replace(true) {
                 warn!(%endpoint, %error, "redis will not say who it is: failovers there go unseen");
             }
             return Ok(conn);
         }
     };
-    let before = watch.seen.replace(Some(identity.clone()));
-    if before.is_some_and(|before| before != identity) {
-        let server_ms = server_time_ms(&mut conn).await?;
+    let changed = watch
+        .seen
+        .borrow()
+        .as_ref()
+        .is_some_and(|seen| *seen != identity);
+    if changed {
+        // Asked before `seen` moves on: a connection lost here reports it at the next one.
+        let server_ms = monoio::time::timeout(within, server_time_ms(&mut conn))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
         warn!(%endpoint, ?identity, "redis failed over: another server answers at this address");
         (watch.on_failover)(endpoint, server_ms);
     }
+    watch.seen.replace(Some(identity));
     Ok(conn)
 }
 
