@@ -2,7 +2,8 @@
 //! a real worker: with `redis.wait_replicas = 1` a new placement is forwarded only once the
 //! replica holds it; a replica that does not acknowledge in time gets the placement released
 //! and the request a 503 `registry unavailable, retry`, while steady requests never wait;
-//! placements waiting together share one WAIT; with 0 nothing waits. A master restarted with its data (a new `run_id` at the address) holds
+//! placements waiting together share one WAIT, and so does the durability sweep's wake; with
+//! 0 nothing waits. A master restarted with its data (a new `run_id` at the address) holds
 //! new placements back for one lease, shown by `/registry/health`. Bad settings are refused at
 //! start.
 
@@ -212,6 +213,36 @@ fn placements_waiting_together_share_a_wait() {
     replica.resume();
     placed(&f, "c0");
     assert!(served(&worker, "c0"));
+}
+
+#[test]
+fn the_durability_sweeps_wake_is_a_placement_that_waits_too() {
+    let (f, replica, worker, _) = replicated(&[
+        ("PINBOARD_SWEEP_INTERVAL_MS", "100"),
+        ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
+        ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "300"),
+    ]);
+    replica.pause();
+    // Due now, with no row: the sweep places it to wake it.
+    let schedule = f.keys.wake(bucket_of("t1", SHARDS), "default", "/threads");
+    let now = pinboard::clock::now_ms().to_string();
+    f.cli(&["ZADD", &schedule, &now, "t1"]);
+    let refused = eventually(Duration::from_secs(10), || {
+        f.metric("pinboard_strict_wait_failures_total") >= 2.0
+    });
+    assert!(refused, "{}", f.node.log());
+    assert!(reasons(&f, "t1").contains(&"released".to_owned()));
+    assert!(
+        worker.requests().is_empty(),
+        "no _wake before the replica holds the placement"
+    );
+    replica.resume();
+    let woken = eventually(Duration::from_secs(10), || {
+        let wake = "/threads/t1/_wake";
+        worker.requests().iter().any(|s| s.path == wake)
+    });
+    assert!(woken, "{}", f.node.log());
+    assert!(!replica_row(&f, &replica, "t1").is_empty());
 }
 
 #[test]
