@@ -118,6 +118,9 @@ pub(super) const KEYS: &[Key] = &[
     // At least 100: `XADD … MAXLEN ~` trims a whole node of the stream (100 entries) at a time.
     key!(ledger.max_entries_per_bucket: u64 = whole(100, 100_000_000)),
     key!(proxy_protocol.trusted: Vec<IpNet> = list(text_with(cidr))),
+    // At most 100: more replicas than that is a typo, and WAIT could never be satisfied.
+    key!(redis.wait_replicas: u32 = whole(0, 100)),
+    key!(redis.wait_timeout_ms: u64 = whole(1, MAX_MS)),
 ];
 
 /// The key with its own parser and no environment form (contract §5).

@@ -135,6 +135,8 @@ pub struct Config {
     pub ledger: LedgerSettings,
     /// Load balancers that send the PROXY protocol (`src/runtime/accept.rs`).
     pub proxy_protocol: ProxyProtocol,
+    /// Strict mode: how many Redis replicas must hold a new placement before it is forwarded.
+    pub redis: StrictWrites,
 }
 
 /// What one client may hold or make (`src/limits/`).
@@ -209,6 +211,31 @@ impl ProxyProtocol {
 pub fn in_cidrs(cidrs: &[IpNet], ip: std::net::IpAddr) -> bool {
     let ip = ip.to_canonical();
     cidrs.iter().any(|net| net.contains(&ip))
+}
+
+/// Strict mode (`src/placement/strict.rs`): after any script that writes a placement, the node
+/// sends `WAIT wait_replicas wait_timeout_ms` and forwards only once that many replicas hold
+/// the write; otherwise the placement is released and the request answers 503.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StrictWrites {
+    /// Replicas that must acknowledge a placement write, 0–100. Default 0: no WAIT (strict mode
+    /// off).
+    pub wait_replicas: u32,
+    /// How long WAIT may block, in ms, 1–86400000 and below `redis_timeout_ms` when
+    /// `wait_replicas` is set (the WAIT is a Redis request like any other). Default 100: a
+    /// healthy replica acknowledges within a round trip (well under a millisecond on a LAN, a
+    /// few across zones), and a refused placement should not cost its client much more than
+    /// that; 100 ms also rides over a replica's short stall (a fork for a snapshot).
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for StrictWrites {
+    fn default() -> Self {
+        StrictWrites {
+            wait_replicas: 0,
+            wait_timeout_ms: 100,
+        }
+    }
 }
 
 /// The listener's certificate chain and private key (PEM), both or neither. `SIGHUP` reads
@@ -461,6 +488,7 @@ impl Default for Config {
             placement: PlacementLimits::default(),
             ledger: LedgerSettings::default(),
             proxy_protocol: ProxyProtocol::default(),
+            redis: StrictWrites::default(),
         }
     }
 }
@@ -526,6 +554,9 @@ impl Config {
             .check_metrics_listen()
             .map_err(|e| origins.annotate(e))?;
         config.check_key_files().map_err(|e| origins.annotate(e))?;
+        config
+            .check_wait_timeout()
+            .map_err(|e| origins.annotate(e))?;
         Ok(config)
     }
 
@@ -541,6 +572,8 @@ impl Config {
         // A node_id left unset is the running one (a random default would be drawn again).
         let mut config = Config::from_sources(file, env, Some(&running.node_id))?;
         let kept = keep_running(&mut config, running);
+        // Checked again against the running `redis_timeout_ms`, which a reload keeps.
+        config.check_wait_timeout()?;
         Ok((config, kept))
     }
 
@@ -617,6 +650,22 @@ impl Config {
             return Err(ConfigError::new(
                 "metrics_listen",
                 format!("{metrics} takes the port of listen ({listen}): pick another"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Strict mode's WAIT is a Redis request: its timeout must end before the request's own
+    /// bound (`redis_timeout_ms`) would give it up.
+    fn check_wait_timeout(&self) -> Result<(), ConfigError> {
+        let strict = &self.redis;
+        if strict.wait_replicas > 0 && strict.wait_timeout_ms >= self.redis_timeout_ms {
+            return Err(ConfigError::new(
+                "redis.wait_timeout_ms",
+                format!(
+                    "must be below redis_timeout_ms ({}) while redis.wait_replicas is set, got {}",
+                    self.redis_timeout_ms, strict.wait_timeout_ms
+                ),
             ));
         }
         Ok(())
@@ -920,6 +969,10 @@ max_entries_per_bucket = 500
 
 [proxy_protocol]
 trusted = ["192.0.2.0/24", "2001:db8::1"]
+
+[redis]
+wait_replicas = 1
+wait_timeout_ms = 50
 "#;
 
     fn full() -> Config {
@@ -1007,6 +1060,10 @@ trusted = ["192.0.2.0/24", "2001:db8::1"]
                     "192.0.2.0/24".parse().unwrap(),
                     "2001:db8::1/128".parse().unwrap(),
                 ],
+            },
+            redis: StrictWrites {
+                wait_replicas: 1,
+                wait_timeout_ms: 50,
             },
         }
     }
@@ -1149,6 +1206,8 @@ trusted = ["192.0.2.0/24", "2001:db8::1"]
                 "PINBOARD_PROXY_PROTOCOL__TRUSTED",
                 "192.0.2.0/24, 2001:db8::1",
             ),
+            ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
+            ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "50"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();
@@ -1227,6 +1286,39 @@ trusted = ["192.0.2.0/24", "2001:db8::1"]
                 &[("PINBOARD_LEDGER__ENABLED", "off")],
                 "ledger.enabled",
                 "PINBOARD_LEDGER__ENABLED",
+            ),
+            (
+                "[redis]\nwait_replicas = -1",
+                &[],
+                "redis.wait_replicas",
+                "from 0 to 100, got -1",
+            ),
+            (
+                "",
+                &[("PINBOARD_REDIS__WAIT_REPLICAS", "one")],
+                "redis.wait_replicas",
+                "got \"one\" (from PINBOARD_REDIS__WAIT_REPLICAS)",
+            ),
+            (
+                "[redis]\nwait_timeout_ms = 0",
+                &[],
+                "redis.wait_timeout_ms",
+                "from 1 to 86400000, got 0",
+            ),
+            (
+                "redis_timeout_ms = 500\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 500",
+                &[],
+                "redis.wait_timeout_ms",
+                "must be below redis_timeout_ms (500) while redis.wait_replicas is set, got 500",
+            ),
+            (
+                "",
+                &[
+                    ("PINBOARD_REDIS__WAIT_REPLICAS", "2"),
+                    ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "2000"),
+                ],
+                "redis.wait_timeout_ms",
+                "(from PINBOARD_REDIS__WAIT_TIMEOUT_MS)",
             ),
             ("threads = -1", &[], "threads", "got -1"),
             ("threads = 1.5", &[], "threads", "got 1.5"),
@@ -1834,17 +1926,18 @@ trusted = ["192.0.2.0/24", "2001:db8::1"]
             config.differences(&running),
             ["forwards.timeout_ms", "namespaces"]
         );
+        let refused = |file: &str| {
+            let path = Path::new("/etc/pinboard.toml");
+            Config::reload(Some((path, file)), env(&[SECRET]), &running).unwrap_err()
+        };
         // A refused file is refused as at start.
-        let e = Config::reload(
-            Some((
-                Path::new("/etc/pinboard.toml"),
-                "[forwards]\ntimeout_ms = 0",
-            )),
-            env(&[SECRET]),
-            &running,
-        )
-        .unwrap_err();
+        let e = refused("[forwards]\ntimeout_ms = 0");
         assert_eq!(e.key, "forwards.timeout_ms");
+        // Strict mode's WAIT is checked against the redis_timeout_ms the node keeps running.
+        let e =
+            refused("redis_timeout_ms = 9000\n[redis]\nwait_replicas = 1\nwait_timeout_ms = 5000");
+        assert_eq!(e.key, "redis.wait_timeout_ms");
+        assert!(e.message.contains("below redis_timeout_ms (2000)"), "{e}");
     }
 
     #[test]

@@ -26,8 +26,9 @@ mod process;
 /// Resolution outcomes, in the order the spec lists them (plus `takeover-denied`, and
 /// `unavailable` for a request Redis could not answer, contract §8; `rate-limited` and
 /// `namespace-full` for a new placement refused by `limits.new_placements_per_ip_per_s` and
-/// `placement.max_rows_per_namespace`; `paused` for an id an operator paused).
-pub const OUTCOMES: [&str; 15] = [
+/// `placement.max_rows_per_namespace`; `paused` for an id an operator paused; `unreplicated`
+/// for a new placement strict mode released).
+pub const OUTCOMES: [&str; 16] = [
     "forward",
     "unknown-ns",
     "no-backends",
@@ -43,6 +44,7 @@ pub const OUTCOMES: [&str; 15] = [
     "rate-limited",
     "namespace-full",
     "paused",
+    "unreplicated",
 ];
 
 /// Why a client connection was closed at accept, for `pinboard_connections_refused_total{reason}`.
@@ -196,6 +198,8 @@ pub struct CoreCounters {
     outcomes: [AtomicU64; OUTCOMES.len()],
     /// New placements the data plane made (a resolve minted an epoch).
     placements: AtomicU64,
+    /// Strict mode: new placements released because the replicas did not acknowledge them.
+    strict_wait_failures: AtomicU64,
     /// Answers by kind and status class.
     requests: [[AtomicU64; CODES.len()]; RequestKind::ALL.len()],
     /// From the request head read to the answer written, by kind.
@@ -260,6 +264,11 @@ impl CoreCounters {
         self.placements.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one new placement strict mode released (its WAIT fell short).
+    pub fn strict_wait_failed(&self) {
+        self.strict_wait_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts one outcome; `name` must be one of [`OUTCOMES`].
     pub fn count(&self, name: &str) {
         if let Some(i) = OUTCOMES.iter().position(|o| *o == name) {
@@ -297,6 +306,11 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
 /// Every core's new placements, summed.
 pub fn new_placements(cores: &[CoreCounters]) -> u64 {
     sum(cores, |c| &c.placements)
+}
+
+/// Every core's strict-mode WAITs that fell short, summed.
+pub fn strict_wait_failures(cores: &[CoreCounters]) -> u64 {
+    sum(cores, |c| &c.strict_wait_failures)
 }
 
 /// Every core's upstream errors, summed, by kind.
@@ -384,6 +398,8 @@ pub struct Snapshot {
     pub serving: bool,
     /// New placements this node's data plane made.
     pub placements: u64,
+    /// New placements strict mode released: the replicas did not acknowledge them in time.
+    pub strict_wait_failures: u64,
     /// Sweeper passes this node ran.
     pub sweeps: u64,
     /// What they deleted, by kind (`placement`, `overwritten`).
@@ -466,6 +482,11 @@ impl Collector for Snapshot {
                 "pinboard_placements",
                 "New placements this node's data plane made: a resolve that minted an epoch for an id (a forward to an existing owner is not one)",
                 self.placements,
+            ),
+            (
+                "pinboard_strict_wait_failures",
+                "Strict mode: new placements released (and answered 503) because fewer than redis.wait_replicas replicas acknowledged them within redis.wait_timeout_ms, or the WAIT failed",
+                self.strict_wait_failures,
             ),
         ];
         for (name, help, n) in counters {
@@ -725,6 +746,7 @@ mod tests {
             uptime_secs: 1.5,
             serving: true,
             placements: 6,
+            strict_wait_failures: 1,
             sweeps: 4,
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],

@@ -50,6 +50,7 @@ pub async fn scrape(core: &Core, req: &Request<'_>) -> Response {
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
         placements: metrics::new_placements(&shared.counters),
+        strict_wait_failures: metrics::strict_wait_failures(&shared.counters),
         sweeps: shared.sweeps.passes.load(Ordering::Relaxed),
         swept: vec![
             ("placement", shared.sweeps.rows.load(Ordering::Relaxed)),

@@ -3,11 +3,14 @@
 //!
 //! The decision itself is `lua/resolve.lua`, run by EVALSHA in the id's bucket, so two nodes
 //! resolving the same new id at once cannot both place it. In hostname-aware mode the
-//! binding lookup (`lua/binding.lua`, registry slot) runs first.
+//! binding lookup (`lua/binding.lua`, registry slot) runs first. In strict mode a new
+//! placement must reach Redis's replicas before it counts (`strict`).
 
 mod affinity;
+mod strict;
 
 pub use affinity::{client_ip, key as affinity_key};
+pub use strict::Strict;
 
 use std::time::Duration;
 
@@ -66,6 +69,8 @@ pub enum Outcome {
     NamespaceFull,
     /// An operator paused the id: nothing placed, nothing forwarded.
     Paused,
+    /// Strict mode: a new placement the replicas did not acknowledge in time, released.
+    Unreplicated,
 }
 
 impl Outcome {
@@ -83,6 +88,7 @@ impl Outcome {
             Outcome::RateLimited(_) => "rate-limited",
             Outcome::NamespaceFull => "namespace-full",
             Outcome::Paused => "paused",
+            Outcome::Unreplicated => "unreplicated",
         }
     }
 
@@ -115,6 +121,7 @@ impl Outcome {
                 answers::unavailable("namespace placement limit reached", Duration::ZERO)
             }
             Outcome::Paused => answers::instance_paused(),
+            Outcome::Unreplicated => answers::registry_unavailable(),
         }
     }
 }
@@ -194,6 +201,8 @@ pub struct Constants {
     /// bucket's share of `placement.max_rows_per_namespace` (ids spread evenly over the
     /// buckets, and a count kept elsewhere would be a key outside the bucket's slot).
     max_rows: String,
+    /// Strict mode, when it is on.
+    strict: Option<Strict>,
 }
 
 impl Constants {
@@ -204,6 +213,7 @@ impl Constants {
             max_rows: (config.placement.max_rows_per_namespace).map_or_else(String::new, |n| {
                 n.div_ceil(u64::from(config.shards)).to_string()
             }),
+            strict: Strict::of(config),
         }
     }
 }
@@ -261,6 +271,9 @@ pub async fn resolve(
     let placements = keys.placements(bucket, req.env, req.ns);
     let overwritten = keys.overwritten(bucket, req.env, req.ns);
     let nsw = keys.nsw(bucket, req.hostname, req.ns);
+    if let Some(strict) = &constants.strict {
+        strict.quarantine_failed_over(store).await?;
+    }
     let reply = store
         .redis
         .evalsha(
@@ -284,6 +297,13 @@ pub async fn resolve(
     // Hostname-aware: no candidate for this hostname is "no live workers for hostname".
     if outcome == Outcome::NoBackends && !req.hostname.is_empty() {
         outcome = Outcome::NoHostnameWorkers;
+    }
+    if let (Outcome::Forward(placed @ Placement { placed: true, .. }), Some(strict)) =
+        (&outcome, &constants.strict)
+        && !strict.replicated(store, &placements).await
+    {
+        release(store, req, placed).await?;
+        outcome = Outcome::Unreplicated;
     }
     Ok(outcome)
 }

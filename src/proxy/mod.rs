@@ -172,6 +172,10 @@ pub async fn handle(
             Outcome::UnknownNs if upgrade => {
                 return Ok(answers::not_found());
             }
+            Outcome::Unreplicated => {
+                core.counters().strict_wait_failed();
+                return Ok(Outcome::Unreplicated.refusal());
+            }
             refusal => return Ok(refusal.refusal()),
         };
         placement::tell_inherited_wind_down(&core.store, route.ns, route.id, &placement).await?;

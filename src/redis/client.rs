@@ -1,5 +1,7 @@
 //! `Redis`: the per-core handle every caller uses, the same API for a single server and for a
-//! Redis Cluster. It picks the key a command is routed by and runs scripts through EVALSHA.
+//! Redis Cluster. It picks the key a command is routed by, runs scripts through EVALSHA, waits
+//! for replicas to hold a write (strict mode's `WAIT`), and keeps the failovers its connections
+//! saw until the placement path takes them.
 
 use std::fmt;
 use std::rc::Rc;
@@ -9,8 +11,10 @@ use pinboard_http::tls::ClientTls;
 
 use super::cluster::Cluster;
 use super::connection::Decimal;
+use super::failover::{FailedOver, Failovers};
 use super::login::Login;
 use super::node::Node;
+use super::wait_lane::WaitLane;
 use super::{RedisError, RedisTarget, Reply, Script};
 
 #[derive(Clone)]
@@ -51,12 +55,13 @@ impl fmt::Debug for RedisOptions {
 #[derive(Clone)]
 pub struct Redis {
     backend: Rc<Backend>,
+    failovers: Rc<Failovers>,
     /// Told each script call's index and duration (the node's per-script histograms).
     observer: Option<Rc<dyn Fn(usize, Duration)>>,
 }
 
 enum Backend {
-    Single(Rc<Node>),
+    Single { node: Rc<Node>, lane: WaitLane },
     Cluster(Cluster),
 }
 
@@ -66,19 +71,70 @@ impl Redis {
     /// target, and logged in), requests fail with `Disconnected`; so they do while the server
     /// refuses the login or its certificate does not verify.
     pub fn connect(target: &RedisTarget, opts: RedisOptions) -> Redis {
-        let login = Login::of(target, &opts);
+        let login = Rc::new(Login::of(target, &opts));
+        let failovers = Rc::new(Failovers::default());
         let backend = match target {
             RedisTarget::Single { endpoint, .. } => {
-                Backend::Single(Rc::new(Node::spawn(endpoint.clone(), Rc::new(login), opts)))
+                let marks = failovers.clone();
+                let node = Node::spawn(
+                    endpoint.clone(),
+                    login.clone(),
+                    opts.clone(),
+                    Some(Rc::new(move |_: &_, server_ms| marks.mark(None, server_ms))),
+                );
+                Backend::Single {
+                    node: Rc::new(node),
+                    lane: WaitLane::new(endpoint.clone(), login, opts),
+                }
             }
-            RedisTarget::Cluster { seeds, .. } => {
-                Backend::Cluster(Cluster::connect(seeds.clone(), login, opts))
-            }
+            RedisTarget::Cluster { seeds, .. } => Backend::Cluster(Cluster::connect(
+                seeds.clone(),
+                login,
+                opts,
+                failovers.clone(),
+            )),
         };
         Redis {
             backend: Rc::new(backend),
+            failovers,
             observer: None,
         }
+    }
+
+    /// The failovers this handle's connections saw since the last call (see
+    /// [`super::failover`]).
+    pub fn take_failed_over(&self) -> FailedOver {
+        self.failovers.take()
+    }
+
+    /// Gives back what [`Redis::take_failed_over`] took, when acting on it failed.
+    pub fn restore_failed_over(&self, failed: FailedOver) {
+        self.failovers.restore(failed);
+    }
+
+    /// `WAIT replicas timeout` after a write answered on the connection `key` is routed by:
+    /// how many replicas acknowledged it (fewer than `replicas` when `timeout` ran out first).
+    /// A single server's goes on a connection of its own ([`WaitLane`]); in a cluster it goes
+    /// on the master's pipelined connection, right behind the write (a `PUBLISH` there is not
+    /// replicated through the stream), which the core's other requests to that master then
+    /// wait behind.
+    pub async fn wait_for_replicas(
+        &self,
+        key: &[u8],
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<i64, RedisError> {
+        let cluster = match &*self.backend {
+            Backend::Single { lane, .. } => return lane.wait(replicas, timeout).await,
+            Backend::Cluster(cluster) => cluster,
+        };
+        let replicas = Decimal::new(replicas as usize);
+        let millis = Decimal::new(timeout.as_millis() as usize);
+        let wait: [&[u8]; 3] = [b"WAIT", replicas.as_bytes(), millis.as_bytes()];
+        let acknowledged = cluster.request(Some(key), &[&wait]).await.0?;
+        acknowledged
+            .as_int()
+            .ok_or_else(|| RedisError::Protocol(format!("WAIT answered {acknowledged:?}")))
     }
 
     /// Tells `observer` how long each script call took (its reply included, and a NOSCRIPT
@@ -93,7 +149,7 @@ impl Redis {
     /// Single server: the connection is up. Cluster: every slot is served by a connected master.
     pub fn is_connected(&self) -> bool {
         match &*self.backend {
-            Backend::Single(node) => node.is_connected(),
+            Backend::Single { node, .. } => node.is_connected(),
             Backend::Cluster(cluster) => cluster.is_connected(),
         }
     }
@@ -158,7 +214,7 @@ impl Redis {
         parts: &[&[&[u8]]],
     ) -> (Result<Reply, RedisError>, Option<Rc<Node>>) {
         match &*self.backend {
-            Backend::Single(node) => (node.send(parts).await, Some(node.clone())),
+            Backend::Single { node, .. } => (node.send(parts).await, Some(node.clone())),
             Backend::Cluster(cluster) => cluster.request(key, parts).await,
         }
     }

@@ -5,12 +5,17 @@
 //! A background task keeps the map fresh: at start, whenever a request is redirected or finds
 //! its master disconnected, and while some slot has no connected master.
 //!
+//! Failovers (`failover`) are seen two ways: a master's address answering with another server
+//! (its node's own check, for the slots the map gives it), and a slot whose new master was one
+//! of its replicas in the map before (a promotion, by a refresh or a MOVED).
+//!
 //! Every connection, to a master or for CLUSTER SLOTS, is opened by the same `login`: over
 //! TLS for `rediss-cluster://` (each verified against its own host, as CLUSTER SLOTS or the
 //! redirect names it), logged in with the target's credentials. A master found through a
 //! redirect or a later map is no exception.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::io;
 use std::rc::Rc;
 use std::time::Duration;
@@ -20,8 +25,9 @@ use redis_protocol::redis_keyslot;
 use tracing::{debug, info, warn};
 
 use super::client::RedisOptions;
+use super::failover::Failovers;
 use super::login::Login;
-use super::node::{Backoff, Node};
+use super::node::{Backoff, Node, OnFailover};
 use super::notify::Notify;
 use super::target::parse_endpoint;
 use super::{Endpoint, RedisError, Reply};
@@ -54,12 +60,15 @@ struct Shared {
     nodes: NodeTemplate,
     map: RefCell<SlotMap>,
     refresh: Notify,
+    failovers: Rc<Failovers>,
 }
 
-/// How every connection of the cluster is opened: one login, one set of options.
+/// How every connection of the cluster is opened: one login, one set of options, and who is
+/// told when a master's address answers with another server.
 struct NodeTemplate {
     login: Rc<Login>,
     opts: RedisOptions,
+    on_failover: OnFailover,
 }
 
 impl NodeTemplate {
@@ -68,6 +77,7 @@ impl NodeTemplate {
             endpoint.clone(),
             self.login.clone(),
             self.opts.clone(),
+            Some(self.on_failover.clone()),
         ))
     }
 }
@@ -77,21 +87,49 @@ struct SlotMap {
     nodes: Vec<Rc<Node>>,
     /// Slot → index into `nodes`.
     slots: Vec<u16>,
+    /// The ranges of the last CLUSTER SLOTS, with their replicas.
+    ranges: Vec<Range>,
+}
+
+/// A range of slots as CLUSTER SLOTS lists it: its master and its replicas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Range {
+    first: u16,
+    last: u16,
+    master: Endpoint,
+    replicas: Vec<Endpoint>,
 }
 
 impl Cluster {
-    pub(crate) fn connect(seeds: Vec<Endpoint>, login: Login, opts: RedisOptions) -> Cluster {
-        let shared = Rc::new(Shared {
+    /// A master that fails over marks the slots the map gives it in `failovers`.
+    pub(crate) fn connect(
+        seeds: Vec<Endpoint>,
+        login: Rc<Login>,
+        opts: RedisOptions,
+        failovers: Rc<Failovers>,
+    ) -> Cluster {
+        let shared = Rc::new_cyclic(|shared: &std::rc::Weak<Shared>| Shared {
             seeds,
             nodes: NodeTemplate {
-                login: Rc::new(login),
+                login,
                 opts,
+                on_failover: {
+                    let shared = shared.clone();
+                    Rc::new(move |endpoint: &Endpoint, server_ms| {
+                        if let Some(shared) = shared.upgrade() {
+                            let slots = shared.map.borrow().slots_of(endpoint);
+                            shared.failovers.mark(Some(slots), server_ms);
+                        }
+                    })
+                },
             },
             map: RefCell::new(SlotMap {
                 nodes: Vec::new(),
                 slots: vec![UNSERVED; SLOTS],
+                ranges: Vec::new(),
             }),
             refresh: Notify::default(),
+            failovers,
         });
         let (stop, stopped) = oneshot::channel();
         monoio::spawn(maintain(shared.clone(), stopped));
@@ -141,10 +179,13 @@ impl Cluster {
             match result {
                 Err(RedisError::Reply(msg)) if !last => {
                     if let Some((moved, target)) = redirect(&msg, "MOVED ", node.endpoint()) {
-                        self.shared
-                            .map
-                            .borrow_mut()
-                            .assign(moved, &target, &self.shared.nodes);
+                        let mut map = self.shared.map.borrow_mut();
+                        if map.was_replica(moved, &target) {
+                            warn!(slot = moved, %target, "redis cluster failed over: a replica took the slot");
+                            (self.shared.failovers).mark(Some([moved].into()), None);
+                        }
+                        map.assign(moved, &target, &self.shared.nodes);
+                        drop(map);
                         self.shared.refresh.notify();
                     } else if let Some((_, target)) = redirect(&msg, "ASK ", node.endpoint()) {
                         asking = Some(
@@ -211,6 +252,25 @@ impl SlotMap {
         node.cloned()
     }
 
+    /// Whether `endpoint` was a replica of `slot` by the last CLUSTER SLOTS.
+    fn was_replica(&self, slot: u16, endpoint: &Endpoint) -> bool {
+        self.ranges
+            .iter()
+            .any(|r| (r.first..=r.last).contains(&slot) && r.replicas.contains(endpoint))
+    }
+
+    /// The slots this map gives the master at `endpoint`.
+    fn slots_of(&self, endpoint: &Endpoint) -> std::collections::BTreeSet<u16> {
+        let Some(index) = self.nodes.iter().position(|n| n.endpoint() == endpoint) else {
+            return Default::default();
+        };
+        (0..)
+            .zip(&self.slots)
+            .filter(|(_, owner)| usize::from(**owner) == index)
+            .map(|(slot, _)| slot)
+            .collect()
+    }
+
     /// The node for `endpoint`, started now if this map has none yet.
     fn node(&mut self, endpoint: &Endpoint, template: &NodeTemplate) -> Rc<Node> {
         let index = self.index_of(endpoint, template);
@@ -234,10 +294,16 @@ impl SlotMap {
 
     /// Replaces the map with `ranges`, keeping the nodes (and their connections) of masters
     /// that are still masters; the others are dropped, closing their connections.
-    fn replace(&mut self, ranges: &[(u16, u16, Endpoint)], template: &NodeTemplate) {
+    fn replace(&mut self, ranges: Vec<Range>, template: &NodeTemplate) {
         let old = std::mem::take(&mut self.nodes);
         self.slots.fill(UNSERVED);
-        for (first, last, endpoint) in ranges {
+        for Range {
+            first,
+            last,
+            master: endpoint,
+            ..
+        } in &ranges
+        {
             let index = match self.nodes.iter().position(|n| n.endpoint() == endpoint) {
                 Some(index) => index,
                 None => {
@@ -251,7 +317,22 @@ impl SlotMap {
             };
             self.slots[usize::from(*first)..=usize::from(*last)].fill(index as u16);
         }
+        self.ranges = ranges;
     }
+}
+
+/// The slots whose master in `after` was one of their replicas in `before`: promoted.
+fn promoted(before: &[Range], after: &[Range]) -> BTreeSet<u16> {
+    let mut slots = BTreeSet::new();
+    for now in after {
+        for then in before {
+            let (first, last) = (now.first.max(then.first), now.last.min(then.last));
+            if first <= last && now.master != then.master && then.replicas.contains(&now.master) {
+                slots.extend(first..=last);
+            }
+        }
+    }
+    slots
 }
 
 async fn maintain(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
@@ -320,8 +401,16 @@ async fn refresh(shared: &Shared) -> Result<(), String> {
         match fetched {
             Ok(ranges) => {
                 let mut map = shared.map.borrow_mut();
+                let promoted = promoted(&map.ranges, &ranges);
+                if !promoted.is_empty() {
+                    warn!(
+                        slots = promoted.len(),
+                        "redis cluster failed over: replicas took slots"
+                    );
+                    shared.failovers.mark(Some(promoted), None);
+                }
                 let before = map.nodes.len();
-                map.replace(&ranges, &shared.nodes);
+                map.replace(ranges, &shared.nodes);
                 if map.nodes.len() != before {
                     info!(masters = map.nodes.len(), via = %endpoint, "redis cluster slot map loaded");
                 }
@@ -333,7 +422,7 @@ async fn refresh(shared: &Shared) -> Result<(), String> {
     Err(errors.join("; "))
 }
 
-async fn fetch_slots(endpoint: &Endpoint, login: &Login) -> io::Result<Vec<(u16, u16, Endpoint)>> {
+async fn fetch_slots(endpoint: &Endpoint, login: &Login) -> io::Result<Vec<Range>> {
     let mut conn = login.open(endpoint).await.map_err(io::Error::other)?;
     let reply = conn
         .request(&[b"CLUSTER", b"SLOTS"])
@@ -349,12 +438,23 @@ async fn fetch_slots(endpoint: &Endpoint, login: &Login) -> io::Result<Vec<(u16,
 
 /// CLUSTER SLOTS: `[[first, last, [host, port, id, …], replicas…], …]`. An empty host means
 /// the answering node does not know its own address: it is the one we asked.
-fn parse_slots(reply: &Reply, queried: &Endpoint) -> Option<Vec<(u16, u16, Endpoint)>> {
+fn parse_slots(reply: &Reply, queried: &Endpoint) -> Option<Vec<Range>> {
+    let endpoint = |node: &Reply| {
+        let [host, port, ..] = node.as_array()? else {
+            return None;
+        };
+        let host = match host.as_str()? {
+            "" | "?" => queried.host.clone(),
+            host => host.to_string(),
+        };
+        let port = u16::try_from(port.as_int()?).ok().filter(|p| *p != 0)?;
+        Some(Endpoint { host, port })
+    };
     reply
         .as_array()?
         .iter()
         .map(|range| {
-            let [first, last, master, ..] = range.as_array()? else {
+            let [first, last, master, replicas @ ..] = range.as_array()? else {
                 return None;
             };
             let slot = |r: &Reply| {
@@ -363,15 +463,12 @@ fn parse_slots(reply: &Reply, queried: &Endpoint) -> Option<Vec<(u16, u16, Endpo
                     .filter(|s| usize::from(*s) < SLOTS)
             };
             let (first, last) = (slot(first)?, slot(last)?);
-            let [host, port, ..] = master.as_array()? else {
-                return None;
-            };
-            let host = match host.as_str()? {
-                "" | "?" => queried.host.clone(),
-                host => host.to_string(),
-            };
-            let port = u16::try_from(port.as_int()?).ok().filter(|p| *p != 0)?;
-            (first <= last).then_some((first, last, Endpoint { host, port }))
+            (first <= last).then_some(Range {
+                first,
+                last,
+                master: endpoint(master)?,
+                replicas: replicas.iter().filter_map(endpoint).collect(),
+            })
         })
         .collect()
 }
@@ -385,6 +482,33 @@ mod tests {
             host: host.into(),
             port,
         }
+    }
+
+    fn range(first: u16, last: u16, master: Endpoint, replicas: &[Endpoint]) -> Range {
+        Range {
+            first,
+            last,
+            master,
+            replicas: replicas.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_slot_whose_replica_became_its_master_was_failed_over() {
+        let (a, b, c) = (ep("h", 7000), ep("h", 7001), ep("h", 7002));
+        let before = [
+            range(0, 99, a.clone(), std::slice::from_ref(&b)),
+            range(100, 199, c.clone(), &[]),
+        ];
+        // b promoted for 0–99; 100–149 migrated to a (no replica of it: a resharding).
+        let after = [
+            range(0, 99, b, std::slice::from_ref(&a)),
+            range(100, 149, a, &[]),
+            range(150, 199, c, &[]),
+        ];
+        assert_eq!(promoted(&before, &after), (0..=99).collect());
+        assert!(promoted(&after, &after).is_empty());
+        assert!(promoted(&[], &after).is_empty());
     }
 
     #[test]
@@ -423,8 +547,8 @@ mod tests {
         assert_eq!(
             parse_slots(&reply, &queried),
             Some(vec![
-                (0, 5460, ep("127.0.0.1", 7000)),
-                (5461, 16383, ep("redis-a", 7001)),
+                range(0, 5460, ep("127.0.0.1", 7000), &[ep("127.0.0.1", 7003)]),
+                range(5461, 16383, ep("redis-a", 7001), &[]),
             ])
         );
         let bad = Reply::Array(vec![Reply::Array(vec![

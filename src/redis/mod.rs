@@ -13,12 +13,14 @@
 mod client;
 mod cluster;
 mod connection;
+mod failover;
 mod login;
 mod node;
 mod notify;
 mod script;
 mod slots;
 mod target;
+mod wait_lane;
 
 use std::fmt;
 use std::ops::Deref;
@@ -28,6 +30,7 @@ use smallvec::SmallVec;
 use crate::error::{Error, Origin};
 
 pub use client::{Redis, RedisOptions};
+pub use failover::FailedOver;
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
 pub use login::{LoginError, check_login};

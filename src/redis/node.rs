@@ -7,7 +7,8 @@
 //! of a streak is logged at warn, and the first that is the configuration's if it came later;
 //! the rest at debug). While no connection is up, requests fail
 //! at once instead of queueing behind an outage. A single server is one `Node`; a cluster is
-//! one `Node` per master.
+//! one `Node` per master. A watched node asks every server it connects to who it is
+//! (`failover`) before using the connection, and reports a different one at its address.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -24,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::client::RedisOptions;
 use super::connection::{Connection, ReadHalf, WriteHalf, encode_command};
+use super::failover::{Identity, server_time_ms};
 use super::login::Login;
 use super::notify::Notify;
 use super::slots::ReplySlots;
@@ -42,6 +44,19 @@ struct Shared {
     opts: RedisOptions,
     link: RefCell<Link>,
     wake_writer: Notify,
+    watch: Option<Watch>,
+}
+
+/// Told when the server at the node's address is another than the one it last connected to:
+/// with Redis's clock then (ms), when it could be read.
+pub(crate) type OnFailover = Rc<dyn Fn(&Endpoint, Option<i64>)>;
+
+/// Who the node last found at its address, and whom to tell when that changes.
+struct Watch {
+    seen: RefCell<Option<Identity>>,
+    on_failover: OnFailover,
+    /// Whether a server's refusal to say who it is was logged.
+    told_unseen: std::cell::Cell<bool>,
 }
 
 struct Link {
@@ -54,8 +69,14 @@ struct Link {
 }
 
 impl Node {
-    /// Starts connecting in the background on the current monoio runtime.
-    pub(crate) fn spawn(endpoint: Endpoint, login: Rc<Login>, opts: RedisOptions) -> Node {
+    /// Starts connecting in the background on the current monoio runtime. With `on_failover`,
+    /// every connection asks the server who it is before it carries a request.
+    pub(crate) fn spawn(
+        endpoint: Endpoint,
+        login: Rc<Login>,
+        opts: RedisOptions,
+        on_failover: Option<OnFailover>,
+    ) -> Node {
         let shared = Rc::new(Shared {
             endpoint,
             login,
@@ -66,6 +87,11 @@ impl Node {
                 slots: ReplySlots::default(),
             }),
             wake_writer: Notify::default(),
+            watch: on_failover.map(|on_failover| Watch {
+                seen: RefCell::new(None),
+                on_failover,
+                told_unseen: std::cell::Cell::new(false),
+            }),
         });
         let (stop, stopped) = oneshot::channel();
         monoio::spawn(supervise(shared.clone(), stopped));
@@ -81,6 +107,19 @@ impl Node {
 
     pub(crate) fn is_connected(&self) -> bool {
         self.shared.link.borrow().up
+    }
+
+    /// Whether the node is connected, or gets connected within `within`.
+    pub(crate) async fn connected_within(&self, within: Duration) -> bool {
+        const POLL: Duration = Duration::from_millis(5);
+        let deadline = std::time::Instant::now() + within;
+        while !self.is_connected() {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            monoio::time::sleep(POLL).await;
+        }
+        true
     }
 
     /// Queues the command (the concatenation of `parts`) now, and returns the future of its
@@ -223,6 +262,16 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
             _ = &mut stop => return,
             opened = shared.login.open_within(endpoint, shared.opts.connect_timeout) => opened,
         };
+        let opened = match opened {
+            Ok(conn) => {
+                let checked = monoio::select! {
+                    _ = &mut stop => return,
+                    checked = tell_failover(&shared, conn) => checked,
+                };
+                checked.map_err(super::LoginError::Io)
+            }
+            Err(error) => Err(error),
+        };
         match opened {
             Ok(conn) => {
                 backoff.reset();
@@ -253,6 +302,45 @@ async fn supervise(shared: Rc<Shared>, mut stop: oneshot::Receiver<()>) {
             _ = monoio::time::sleep(delay) => {}
         }
     }
+}
+
+/// A watched node's new connection: who answers is asked, and a server other than the one
+/// last seen there reported, before the connection carries any request (so that whatever the
+/// report sets in motion is queued ahead of them). A server that will not say is used all
+/// the same (and said once).
+async fn tell_failover(shared: &Shared, mut conn: Connection) -> io::Result<Connection> {
+    let Some(watch) = &shared.watch else {
+        return Ok(conn);
+    };
+    let endpoint = &shared.endpoint;
+    let within = shared.opts.connect_timeout;
+    let asked = monoio::time::timeout(within, Identity::ask(&mut conn))
+        .await
+        .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
+    let identity = match asked {
+        Ok(identity) => identity,
+        Err(error) => {
+            if !watch.told_unseen.replace(true) {
+                warn!(%endpoint, %error, "redis will not say who it is: failovers there go unseen");
+            }
+            return Ok(conn);
+        }
+    };
+    let changed = watch
+        .seen
+        .borrow()
+        .as_ref()
+        .is_some_and(|seen| *seen != identity);
+    if changed {
+        // Asked before `seen` moves on: a connection lost here reports it at the next one.
+        let server_ms = monoio::time::timeout(within, server_time_ms(&mut conn))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()))?;
+        warn!(%endpoint, ?identity, "redis failed over: another server answers at this address");
+        (watch.on_failover)(endpoint, server_ms);
+    }
+    watch.seen.replace(Some(identity));
+    Ok(conn)
 }
 
 /// Runs the connection until it fails; returns why.
@@ -339,7 +427,7 @@ mod tests {
         runtime.block_on(async {
             let (endpoint, server) = scripted_server();
             let login = Rc::new(Login::new(None, 0));
-            let node = Node::spawn(endpoint, login, RedisOptions::default());
+            let node = Node::spawn(endpoint, login, RedisOptions::default(), None);
             while !node.is_connected() {
                 monoio::time::sleep(Duration::from_millis(5)).await;
             }

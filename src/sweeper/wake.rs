@@ -136,6 +136,11 @@ async fn wake_one(
     let placement =
         match placement::resolve(store, &core.live().settings.resolve, &ejected, &ask).await? {
             Outcome::Forward(placement) => placement,
+            Outcome::Unreplicated => {
+                core.counters().strict_wait_failed();
+                debug!(ns, id = %wake.id, "wake waits: its placement was not replicated");
+                return Ok(Woke::Pending);
+            }
             refusal => {
                 debug!(ns, id = %wake.id, outcome = refusal.name(), "wake waits");
                 return Ok(Woke::Pending);

@@ -204,6 +204,23 @@ impl RedisServer {
         self.port
     }
 
+    /// A replica of this (plain, password-less) server, `--replicaof`, returned once this
+    /// server lists a replica online.
+    pub fn start_replica(&self) -> RedisServer {
+        let master = self.port.to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master]);
+        let deadline = Instant::now() + READY_WITHIN;
+        while !self.cli(&["INFO", "replication"]).contains("state=online") {
+            assert!(
+                Instant::now() < deadline,
+                "replica {} not online within {READY_WITHIN:?}",
+                replica.port
+            );
+            sleep(Duration::from_millis(20));
+        }
+        replica
+    }
+
     /// `redis[s]://[[user]:password@]127.0.0.1:PORT`: the ACL user's, else the `default` user's
     /// password if it has one; `rediss` for a TLS-only server.
     pub fn url(&self) -> String {
