@@ -155,12 +155,18 @@ fn a_new_placement_is_forwarded_only_once_the_replica_holds_it() {
 fn an_unacknowledged_placement_is_released_and_answers_503_while_steady_requests_do_not_wait() {
     let (f, replica, worker, _) = strict_on_one_core(2000, 1000);
     placed(&f, "a1");
+    // Older than the wait's timeout and the clock skew allowed: no placer can still be waiting.
+    thread::sleep(Duration::from_millis(3_200));
 
     replica.pause();
     // A fresh placement waits for the frozen replica for the whole timeout…
     let fresh = placing(&f, "b1");
-    // …while, on the same core, a request for a placed id is answered at once: the WAIT has a
-    // connection of its own.
+    thread::sleep(Duration::from_millis(200));
+    // …and so does a second request for the same id, which finds its row on the master: it is
+    // not forwarded to a placement the replica may never get (chaos's near miss).
+    let second = placing(&f, "b1");
+    // Meanwhile, on the same core, a request for an old placed id is answered at once: the
+    // WAIT has a connection of its own.
     let (r, took) = timed(&f, "a1");
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(
@@ -177,16 +183,19 @@ fn an_unacknowledged_placement_is_released_and_answers_503_while_steady_requests
         took >= Duration::from_millis(900) && took < Duration::from_secs(4),
         "{took:?}"
     );
+    let (r, _) = second.join().unwrap();
+    assert_eq!(r.status, 503, "the second request: {}", r.text());
+    assert_eq!(r.text(), UNAVAILABLE);
     // Released: not in Redis, never forwarded, and the ledger says so.
     assert_eq!(f.row("/threads", "b1"), None);
     assert!(!served(&worker, "b1"));
     assert_eq!(reasons(&f, "b1"), ["released", "placed"]);
-    assert_eq!(f.metric("pinboard_strict_wait_failures_total"), 1.0);
+    assert_eq!(f.metric("pinboard_strict_wait_failures_total"), 2.0);
     assert_eq!(
         f.metric(r#"pinboard_resolutions_total{outcome="unreplicated"}"#),
-        1.0
+        2.0
     );
-    assert_eq!(health(&f)["resolutions"]["unreplicated"], 1);
+    assert_eq!(health(&f)["resolutions"]["unreplicated"], 2);
 
     // The replica back, the client's retry places it.
     replica.resume();

@@ -264,7 +264,8 @@ impl CoreCounters {
         self.placements.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one new placement strict mode released (its WAIT fell short).
+    /// Counts one request strict mode refused: a new placement released (its WAIT fell short),
+    /// or a row too young to forward without one that fell short.
     pub fn strict_wait_failed(&self) {
         self.strict_wait_failures.fetch_add(1, Ordering::Relaxed);
     }

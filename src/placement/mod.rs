@@ -69,7 +69,8 @@ pub enum Outcome {
     NamespaceFull,
     /// An operator paused the id: nothing placed, nothing forwarded.
     Paused,
-    /// Strict mode: a new placement the replicas did not acknowledge in time, released.
+    /// Strict mode: a new placement the replicas did not acknowledge in time, released; or a
+    /// row placed so recently that its placer may still be waiting, not yet on the replicas.
     Unreplicated,
 }
 
@@ -298,12 +299,19 @@ pub async fn resolve(
     if outcome == Outcome::NoBackends && !req.hostname.is_empty() {
         outcome = Outcome::NoHostnameWorkers;
     }
-    if let (Outcome::Forward(placed @ Placement { placed: true, .. }), Some(strict)) =
-        (&outcome, &constants.strict)
-        && !strict.replicated(store, &placements).await
-    {
-        release(store, req, placed).await?;
-        outcome = Outcome::Unreplicated;
+    if let (Outcome::Forward(placement), Some(strict)) = (&outcome, &constants.strict) {
+        if placement.placed {
+            if !strict.replicated(store, &placements).await {
+                release(store, req, placement).await?;
+                outcome = Outcome::Unreplicated;
+            }
+        } else if strict.may_be_unreplicated(&placement.epoch, crate::clock::now_ms())
+            && !strict.replicated(store, &placements).await
+        {
+            // Another request's placement, not yet known to be on the replicas: its placer
+            // releases it if it is not.
+            outcome = Outcome::Unreplicated;
+        }
     }
     Ok(outcome)
 }

@@ -6,7 +6,15 @@
 //!   `WAIT wait_replicas wait_timeout_ms` ([`crate::redis::Redis::wait_for_replicas`]).
 //!   Fewer acknowledgements in time, or the connection failing, release the placement (the
 //!   ledger records `released`) and the request answers 503 `registry unavailable, retry`
-//!   (outcome `unreplicated`). A steady request (an existing row) never waits.
+//!   (outcome `unreplicated`).
+//! - A steady request (an existing row) waits only for a row young enough that its placer may
+//!   still be waiting ([`Strict::may_be_unreplicated`]): the row is in the master before the
+//!   replicas have it, and another request (on another core or node) that read it and
+//!   forwarded at once would serve a placement the replicas may never get (chaos's near
+//!   misses, reliability.md). Its `WAIT` comes after its own read of the row, so it covers the
+//!   row's write; short of replicas it answers the same 503 and leaves the release to the
+//!   placer. Rows older than that window are not waited for: by then their placer's `WAIT`
+//!   has returned, and an unreplicated row was released.
 //! - A failover (a master's address answering with another server, see
 //!   `crate::redis::failover`; in a cluster also a replica promoted in the slot map) re-stamps
 //!   the cold-start time of every bucket on that master with Redis's clock when it was seen
@@ -23,6 +31,11 @@ use tracing::{debug, warn};
 
 use crate::error::Error;
 use crate::store::Store;
+
+/// How much the node's clock may lag Redis's when a row's epoch (Redis's clock in ms when it
+/// was placed, or a little past it) is read as its age: within it, a row placed less than
+/// `wait_timeout_ms` ago never looks older.
+const CLOCK_SKEW: Duration = Duration::from_secs(2);
 
 /// Strict mode's settings, from `redis.*`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +55,18 @@ impl Strict {
             timeout: Duration::from_millis(redis.wait_timeout_ms),
             lease: Duration::from_millis(config.lease_ttl_ms),
         })
+    }
+
+    /// Whether a steady row at `epoch` may have been placed so recently that its placer is
+    /// still waiting for the replicas: its epoch is Redis's clock at the placement (or past it:
+    /// one epoch more than the bucket's last), so an epoch within `wait_timeout_ms` plus
+    /// [`CLOCK_SKEW`] of this node's clock is young. An epoch that is no timestamp (the digits
+    /// of a larger number) is young too: waiting is the safe side.
+    pub(super) fn may_be_unreplicated(&self, epoch: &str, now_ms: u64) -> bool {
+        let window = (self.timeout + CLOCK_SKEW).as_millis() as u64;
+        epoch
+            .parse::<u64>()
+            .map_or(true, |placed| placed.saturating_add(window) > now_ms)
     }
 
     /// Whether the replicas hold the placement just written on the connection `key` (a key of
@@ -108,5 +133,27 @@ impl Strict {
             "redis failed over: no new placement in its buckets for one lease"
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_is_young_while_its_placer_may_still_be_waiting() {
+        let strict = Strict {
+            replicas: 1,
+            timeout: Duration::from_millis(100),
+            lease: Duration::from_secs(15),
+        };
+        let now = 1_796_551_540_507;
+        let young = |epoch: u64| strict.may_be_unreplicated(&epoch.to_string(), now);
+        assert!(young(now), "placed now");
+        assert!(young(now - 2_099), "within the timeout and the skew");
+        assert!(!young(now - 2_100), "past both");
+        assert!(!young(1), "an old row");
+        assert!(young(now + 5_000), "Redis's clock ahead of this node's");
+        assert!(strict.may_be_unreplicated("340282366920938463463374607431768211455", now));
     }
 }
