@@ -68,7 +68,7 @@ c2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJlc2lnbmF0dXJl";
     let forwarded = Forwarded {
         peer: "203.0.113.7".parse().unwrap(),
         from_trusted_proxy: false,
-        secure: false,
+        scheme: "http",
         epoch: "1764400000123",
         attestation,
         upgrade: None,

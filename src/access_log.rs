@@ -196,7 +196,7 @@ impl AccessLog {
             method: req.map_or("", |r| r.method().as_str()),
             path: req.map_or("", |r| r.path()),
             protocol: req.map_or("", |r| protocol_of(r.version())),
-            scheme: req.map_or("", |r| if r.secure() { "https" } else { "http" }),
+            scheme: req.map_or("", |r| r.scheme()),
             ns: &record.ns,
             id: &record.id,
             status: response.status.as_u16(),

@@ -222,7 +222,7 @@ fn request_head_allocates_nothing() {
         let forwarded = Forwarded {
             peer: peer.parse().unwrap(),
             from_trusted_proxy: false,
-            secure: false,
+            scheme: "http",
             epoch: "1764400000123",
             attestation: b"header.claims.signature",
             upgrade,

@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     let forwarded = Forwarded {
         peer: "127.0.0.1".parse().unwrap(),
         from_trusted_proxy: false,
-        secure: false,
+        scheme: "http",
         epoch: "1700000000001",
         attestation: b"token",
         upgrade: None,

@@ -113,9 +113,9 @@ impl<'c> Request<'c> {
         &self.head.method
     }
 
-    /// Whether the request came over TLS.
-    pub fn secure(&self) -> bool {
-        self.conn.secure
+    /// The scheme the request came by: `https` over TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.conn.secure { "https" } else { "http" }
     }
 
     pub fn path(&self) -> &str {

@@ -133,8 +133,8 @@ pub struct Forwarded<'a> {
     /// The peer is one of `trusted_proxies`: what it says of where the request came from
     /// (`Forwarded`, `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Real-IP`) is passed on.
     pub from_trusted_proxy: bool,
-    /// The request came over TLS: `X-Forwarded-Proto: https`.
-    pub secure: bool,
+    /// The scheme the request came by, stated as `X-Forwarded-Proto`.
+    pub scheme: &'a str,
     pub epoch: &'a str,
     pub attestation: &'a [u8],
     /// `Some(protocols)` for an upgrade the node tunnels (`Upgrade`, with only the protocols
@@ -175,13 +175,12 @@ pub fn request_head(
         &mut head,
     )?;
     head.field_display(&X_FORWARDED_FOR, forwarded.peer)?;
-    let passed_on = |name: &str| forwarded.from_trusted_proxy && headers.contains_key(name);
-    if !passed_on("x-forwarded-proto") {
-        let scheme: &[u8] = if forwarded.secure { b"https" } else { b"http" };
-        head.field(&X_FORWARDED_PROTO, scheme)?;
+    let passed_on = |name: &HeaderName| forwarded.from_trusted_proxy && headers.contains_key(name);
+    if !passed_on(&X_FORWARDED_PROTO) {
+        head.field(&X_FORWARDED_PROTO, forwarded.scheme.as_bytes())?;
     }
     if let Some(host) = headers.get(header::HOST)
-        && !passed_on("x-forwarded-host")
+        && !passed_on(&X_FORWARDED_HOST)
     {
         head.field(&X_FORWARDED_HOST, host.as_bytes())?;
     }
@@ -233,7 +232,7 @@ mod tests {
         Forwarded {
             peer: "127.0.0.9".parse().unwrap(),
             from_trusted_proxy: false,
-            secure: false,
+            scheme: "http",
             epoch,
             attestation: b"tok",
             upgrade: None,
@@ -393,7 +392,7 @@ mod tests {
         );
         assert!(untrusted.contains("\r\nx-forwarded-host: edge.example\r\n"));
         let tls = write(&Forwarded {
-            secure: true,
+            scheme: "https",
             ..plain(&correlation, "1", false)
         });
         assert!(tls.contains("\r\nx-forwarded-proto: https\r\n"), "{tls}");

@@ -229,7 +229,7 @@ pub async fn handle(
             forwarded: Forwarded {
                 peer: req.peer.ip(),
                 from_trusted_proxy: crate::config::in_cidrs(&config.trusted_proxies, req.peer.ip()),
-                secure: req.secure(),
+                scheme: req.scheme(),
                 epoch: &placement.epoch,
                 attestation: &buffers.token,
                 upgrade: protocol.as_ref().map(|p| p.as_bytes()),

@@ -77,8 +77,15 @@ pub(super) fn admit(
     if balancer {
         return Ok(None);
     }
+    admit_client(core, peer)
+}
+
+/// `client`'s place among its address's connections (a handshake in progress on a TLS
+/// listener).
+fn admit_client(core: &Core, client: SocketAddr) -> Result<Option<Slot>, ConnectionRefusal> {
+    let shared = &core.shared;
     let handshake = shared.tls.listener.is_some();
-    shared.client_connections.admit(peer.ip(), handshake)
+    shared.client_connections.admit(client.ip(), handshake)
 }
 
 /// The client of a balancer's connection: the source its PROXY header names (the balancer
@@ -99,10 +106,7 @@ pub(super) async fn proxied(
             ConnectionRefusal::ProxyHeader
         })?;
     let client = header.source.unwrap_or(balancer);
-    let shared = &core.shared;
-    let handshake = shared.tls.listener.is_some();
-    let slot = shared.client_connections.admit(client.ip(), handshake)?;
-    Ok((client, slot))
+    Ok((client, admit_client(core, client)?))
 }
 
 /// A served connection's handler: `handler`'s answers, and the connection's place in the table
