@@ -21,12 +21,11 @@ use crate::answers::{self, Act, BODY_LIMIT, Handled};
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::http::{Request, Response, read_json};
-use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::{Credential, RouteClaim};
 use crate::store::{Fence, Session, bucket_of};
 
-use super::wind_down::{Row, Stamp, claim_over, covers, env_asked};
+use super::wind_down::{Row, Stamp, covers, judged};
 
 const SHAPE: &str = "{namespace, id, env?, to: clientId, deadline?}";
 
@@ -54,14 +53,7 @@ pub async fn move_instance(
         return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
     let (ns, id) = (body.namespace.as_str(), body.id.as_str());
-    if !valid_namespace(ns) {
-        return Ok(answers::bad_request("invalid namespace"));
-    }
-    if !valid_id(id) {
-        return Ok(answers::bad_request("invalid instance id"));
-    }
-    let env = env_asked(core.shared.config.hostname_aware, body.env.as_deref())?;
-    let claim = claim_over(credential, core.shared.config.hostname_aware, ns, &env)?;
+    let (env, claim) = judged(core, credential, ns, Some(id), body.env.as_deref())?;
 
     let row = core
         .store

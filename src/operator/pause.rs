@@ -17,12 +17,11 @@ use tracing::info;
 use crate::answers::{self, Act, BODY_LIMIT, Handled};
 use crate::error::{Error, Origin};
 use crate::http::{Request, Response, read_json};
-use crate::names::{valid_id, valid_namespace};
 use crate::node::Core;
 use crate::passport::Credential;
 use crate::store::{Pause, PauseOutcome};
 
-use super::wind_down::{claim_over, covers, env_asked};
+use super::wind_down::{covers, judged};
 
 const PAUSE_SHAPE: &str = "{namespace, id, env?, reason?}";
 const RESUME_SHAPE: &str = "{namespace, id, env?}";
@@ -84,15 +83,7 @@ async fn set(
 ) -> Handled {
     act.about = Some(format!("{}/{}", body.namespace, body.id));
     let (ns, id) = (body.namespace.as_str(), body.id.as_str());
-    if !valid_namespace(ns) {
-        return Ok(answers::bad_request("invalid namespace"));
-    }
-    if !valid_id(id) {
-        return Ok(answers::bad_request("invalid instance id"));
-    }
-    let hostname_aware = core.shared.config.hostname_aware;
-    let env = env_asked(hostname_aware, body.env.as_deref())?;
-    let claim = claim_over(credential, hostname_aware, ns, &env)?;
+    let (env, claim) = judged(core, credential, ns, Some(id), body.env.as_deref())?;
     let by = credential.sub.as_deref().unwrap_or_default();
     let store = &core.store;
     for _ in 0..STALE_RETRIES {

@@ -60,19 +60,14 @@ pub async fn wind_down(
         return Ok(answers::bad_request(&format!("expected {SHAPE}")));
     }
     let ns = body.namespace.as_str();
-    if !valid_namespace(ns) {
-        return Ok(answers::bad_request("invalid namespace"));
-    }
-    if body.id.as_deref().is_some_and(|id| !valid_id(id)) {
-        return Ok(answers::bad_request("invalid instance id"));
-    }
-    let hostname_aware = core.shared.config.hostname_aware;
-    let env = match env_asked(hostname_aware, body.env.as_deref()) {
-        Ok(env) => env,
-        Err(refusal) => return Ok(refusal),
-    };
-    let claim = match claim_over(credential, hostname_aware, ns, &env) {
-        Ok(claim) => claim,
+    let (env, claim) = match judged(
+        core,
+        credential,
+        ns,
+        body.id.as_deref(),
+        body.env.as_deref(),
+    ) {
+        Ok(judged) => judged,
         Err(refusal) => return Ok(refusal),
     };
 
@@ -156,6 +151,28 @@ pub async fn wind_down(
 
 /// The env an operator act on (env, namespace) names: the one asked for in hostname-aware mode
 /// (lowercased), else the single mode's; or the 400 when the ask does not fit the mode.
+/// What an operator act on one (env, `ns`) or one id of it is judged on, in order: the names
+/// valid (400), the env as the mode wants it (400), the credential's claim covering both (403).
+/// The env and the claim, or the refusal to answer.
+pub(super) fn judged<'c>(
+    core: &Core,
+    credential: &'c Credential,
+    ns: &str,
+    id: Option<&str>,
+    env: Option<&str>,
+) -> Result<(String, &'c RouteClaim), Response> {
+    if !valid_namespace(ns) {
+        return Err(answers::bad_request("invalid namespace"));
+    }
+    if id.is_some_and(|id| !valid_id(id)) {
+        return Err(answers::bad_request("invalid instance id"));
+    }
+    let hostname_aware = core.shared.config.hostname_aware;
+    let env = env_asked(hostname_aware, env)?;
+    let claim = claim_over(credential, hostname_aware, ns, &env)?;
+    Ok((env, claim))
+}
+
 pub(super) fn env_asked(hostname_aware: bool, env: Option<&str>) -> Result<String, Response> {
     match (hostname_aware, env) {
         (true, None) => Err(answers::bad_request(
