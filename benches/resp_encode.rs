@@ -1,5 +1,5 @@
-//! Encoding the command every proxied request sends: the resolve EVALSHA (KEYS 7, ARGV 3, as
-//! `placement::resolve` builds it), with the client's hand-written encoder into a reused buffer,
+//! Encoding the command every proxied request sends: the resolve EVALSHA (its keys and arguments
+//! from `support/resolve_command.rs`, as the node builds them), with the client's hand-written encoder into a reused buffer,
 //! against redis-protocol's encoder fed a `BytesFrame` array built per command (what the
 //! owned-frame API needs), and fed a `BorrowedFrame` array built on the stack.
 
@@ -24,13 +24,17 @@ fn owned<'a>(args: impl Iterator<Item = &'a [u8]>) -> BytesFrame {
     )
 }
 
-fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; 13] {
-    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("13 arguments")))
+/// EVALSHA, the sha and numkeys, then the fixture's keys and arguments.
+const ARGC: usize = 3 + resolve_command::KEYS + ARGS.len();
+
+fn borrowed<'a>(mut args: impl Iterator<Item = &'a [u8]>) -> [BorrowedFrame<'a>; ARGC] {
+    std::array::from_fn(|_| BorrowedFrame::BulkString(args.next().expect("ARGC arguments")))
 }
 
 fn encode(c: &mut Criterion) {
     let sha = RESOLVE.sha().as_bytes();
-    let head: [&[u8]; 3] = [b"EVALSHA", sha, b"7"];
+    let numkeys = resolve_command::KEYS.to_string();
+    let head: [&[u8]; 3] = [b"EVALSHA", sha, numkeys.as_bytes()];
     let keys = resolve_command::keys();
     let keys = keys.each_ref().map(|k| k.as_bytes());
     let parts: [&[&[u8]]; 3] = [&head, &keys, &ARGS];

@@ -304,7 +304,8 @@ fn correlation_allocates_nothing() {
 
 #[test]
 fn resolve_command_encoding_allocates_nothing() {
-    let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), b"9"];
+    let numkeys = resolve_command::KEYS.to_string();
+    let head: [&[u8]; 3] = [b"EVALSHA", RESOLVE.sha().as_bytes(), numkeys.as_bytes()];
     let keys = resolve_command::keys();
     let keys = keys.each_ref().map(|k| k.as_bytes());
     let parts: [&[&[u8]]; 3] = [&head, &keys, &resolve_command::ARGS];

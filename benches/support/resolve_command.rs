@@ -2,8 +2,11 @@
 //! request (`KEYS` 9, `ARGV` 3): one fixture for the encoding bench (`benches/resp_encode.rs`)
 //! and the allocation test (`tests/alloc.rs`), which are separate crates.
 
+/// How many keys the resolve script declares.
+pub const KEYS: usize = 9;
+
 /// The keys, named by the store as the node names them (bucket 7 of 16, `/threads`).
-pub fn keys() -> [String; 9] {
+pub fn keys() -> [String; KEYS] {
     let keys = pinboard::store::Keys::new("pinboard:", 16);
     let fixed = keys.bucket(7);
     [
