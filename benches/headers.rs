@@ -8,8 +8,14 @@ use bytes::BytesMut;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use pinboard::correlation::Correlation;
+use pinboard::http::BodyFraming;
 use pinboard::http::Persistence;
-use pinboard::proxy::{BodyFraming, Forwarded, request_head, response_head};
+use pinboard::proxy::{Forwarded, request_head};
+
+#[path = "support/response_head.rs"]
+mod response_head;
+
+use response_head::response_head;
 
 const REQUEST: &[(&str, &str)] = &[
     ("host", "edge.example.com"),

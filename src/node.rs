@@ -73,13 +73,15 @@ impl NodeTls {
             move |e: TlsSetupError| format!("config error: {key}: {e}")
         };
         let listener = match (&config.tls.cert_file, &config.tls.key_file) {
-            (Some(cert), Some(key)) => Some(ServerTls::load(cert, key).map_err(|e| {
-                let key = match e.file {
-                    PemFile::Key => "tls.key_file",
-                    _ => "tls.cert_file",
-                };
-                named(key)(e)
-            })?),
+            (Some(cert), Some(key)) => {
+                Some(ServerTls::load(cert, key, config.http.h2).map_err(|e| {
+                    let key = match e.file {
+                        PemFile::Key => "tls.key_file",
+                        _ => "tls.cert_file",
+                    };
+                    named(key)(e)
+                })?)
+            }
             _ => None,
         };
         let workers = ClientTls::new(config.forwards.ca_file.as_deref(), Alpn::Http1)

@@ -17,7 +17,7 @@ use parking_lot::RwLock;
 
 use crate::access_log::AccessLogSetup;
 use crate::config::{AccessLogFormat, Config};
-use crate::http::Limits;
+use crate::http::{Http2, Limits};
 use crate::passport::{Passport, Retiring};
 use crate::placement;
 
@@ -76,6 +76,11 @@ impl Settings {
             idle_timeout: Duration::from_millis(http.idle_timeout_ms),
             max_header_bytes: http.max_header_bytes,
             write_timeout: Duration::from_millis(http.write_timeout_ms),
+            http2: Http2 {
+                tls: http.h2,
+                cleartext: http.h2c,
+                max_streams: http.h2_max_streams,
+            },
         }
     }
 

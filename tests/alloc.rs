@@ -23,10 +23,16 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use monoio_codec::{Decoded, Decoder};
 use pinboard::attestation::{Claims, Instance, Purpose, Signer};
 use pinboard::correlation::Correlation;
+use pinboard::http::BodyFraming;
 use pinboard::http::{HeadDecoder, Persistence, ResponseHeadDecoder, recycle_headers};
-use pinboard::proxy::{BodyFraming, Forwarded, request_head, response_head};
+use pinboard::proxy::{Forwarded, request_head};
+
+#[path = "../benches/support/response_head.rs"]
+mod response_head;
+
 use pinboard::redis::encode_command;
 use pinboard::store::scripts::RESOLVE;
+use response_head::response_head;
 use serde_json::json;
 use support::http::{Client, post_json};
 use support::node::{SECRET, eventually, token};

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use http::StatusCode;
 use pinboard::error::{Error, Origin};
 use pinboard::http::Shutdown;
-use pinboard::http::{Handler, Limits, Request, Response, read_json, serve_connection};
+use pinboard::http::{Handler, Http2, Limits, Request, Response, read_json, serve_connection};
 use serde::Deserialize;
 use support::http::Client;
 
@@ -56,6 +56,7 @@ fn start(io_uring: bool) -> SocketAddr {
                 idle_timeout: std::time::Duration::from_secs(5),
                 max_header_bytes: 8192,
                 write_timeout: std::time::Duration::from_secs(2),
+                http2: Http2::OFF,
             });
             let shutdown = Shutdown::default();
             loop {

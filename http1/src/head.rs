@@ -97,6 +97,53 @@ impl Decoder for HeadDecoder {
     }
 }
 
+/// An HTTP/2 request's head (the `h2` crate checked its frames, pseudo-headers and HPACK) made
+/// what the data plane takes from HTTP/1.1, by the same rules: `:authority` becomes `Host`
+/// (a `Host` that names another, or two, is malformed: the hostname is an identity the node
+/// routes by), the target its path and query, crumbled `Cookie` fields one field again (RFC
+/// 9113 §8.2.3: the worker speaks HTTP/1.1), and the body's framing decided once: a valid
+/// `Content-Length`, else none when the `HEADERS` ended the stream, else chunked towards the
+/// worker.
+#[cfg(feature = "h2")]
+pub(crate) fn h2_request_head(
+    mut head: http::request::Parts,
+    end_stream: bool,
+) -> Result<(http::request::Parts, Framing), HeadError> {
+    let mut hosts = head.headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return malformed("repeated host");
+    }
+    if let (Some(host), Some(authority)) = (host, head.uri.authority())
+        && !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+    {
+        return malformed("host differs from :authority");
+    }
+    if head.headers.contains_key(header::TRANSFER_ENCODING) {
+        return malformed("transfer-encoding in an HTTP/2 request");
+    }
+    target_authority_to_host(&mut head)?;
+    let mut cookies = head.headers.get_all(header::COOKIE).iter();
+    if let (Some(first), Some(_)) = (cookies.next(), cookies.next()) {
+        let mut joined = first.as_bytes().to_vec();
+        for crumb in head.headers.get_all(header::COOKIE).iter().skip(1) {
+            joined.extend_from_slice(b"; ");
+            joined.extend_from_slice(crumb.as_bytes());
+        }
+        let joined = HeaderValue::from_bytes(&joined).or_else(malformed)?;
+        head.headers.insert(header::COOKIE, joined);
+    }
+    let framing = match content_length(&head.headers)? {
+        None if end_stream => Framing::None,
+        None => Framing::Chunked,
+        Some(0) => Framing::None,
+        Some(n) => Framing::Length(n),
+    };
+    Ok((head, framing))
+}
+
 /// Decodes one response head of at most `max` bytes (a worker's answer).
 pub struct ResponseHeadDecoder {
     max: usize,

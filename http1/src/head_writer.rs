@@ -1,7 +1,8 @@
 //! Heads written onto the wire, every byte checked: the one way a request line or a header
 //! field is written towards a worker (the node's forwards, its registration and heartbeat
 //! probes, `_wake` and `_pinned/stats` calls, a worker's calls to its registry) and a relayed
-//! answer's fields towards a client.
+//! answer's fields towards a client (as HTTP/1.1 bytes, or an HTTP/2 answer's field map), with
+//! how its body is delimited ([`BodyFraming`]).
 //!
 //! A value comes from anywhere: a registration's `secret`, a client's header, a worker's
 //! answer, an epoch. Written raw, one holding CR or LF ends the head early and starts another
@@ -14,23 +15,50 @@ use std::fmt::Display;
 use std::io::Write;
 
 use bytes::{BufMut, BytesMut};
-use http::{HeaderName, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
-use crate::response::encode_status_line;
+use crate::head::Framing;
+use crate::response::{Persistence, encode_status_line};
 
 /// A request line or header field that would not be one line of one head.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unwritable {0}: it holds a byte the HTTP/1.1 grammar does not allow there")]
 pub struct Unwritable(pub &'static str);
 
-/// Writes one head into a buffer, after whatever it already holds. Once a field is refused,
-/// the whole head is taken back out of the buffer and every later call is refused too: a head
-/// is written whole or not at all.
+/// Writes one head, after whatever its buffer already holds (HTTP/1.1), or into the field map of
+/// an HTTP/2 `HEADERS` frame. Once a field is refused, the whole head is taken back out and
+/// every later call is refused too: a head is written whole or not at all.
 pub struct HeadWriter<'a> {
-    dst: &'a mut BytesMut,
-    /// Where the head starts in `dst`.
-    start: usize,
+    target: Target<'a>,
     refused: Option<Unwritable>,
+}
+
+enum Target<'a> {
+    /// HTTP/1.1 bytes in `dst`, from `start`.
+    Wire { dst: &'a mut BytesMut, start: usize },
+    /// An HTTP/2 answer's fields (its status is the frame's pseudo-header, not a line).
+    #[cfg_attr(not(feature = "h2"), allow(dead_code))]
+    Fields(&'a mut HeaderMap),
+}
+
+/// How a message body is delimited on the wire we write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (only towards an HTTP/1.0 client).
+    Close,
+}
+
+impl From<Framing> for BodyFraming {
+    fn from(framing: Framing) -> BodyFraming {
+        match framing {
+            Framing::None => BodyFraming::None,
+            Framing::Length(n) => BodyFraming::Length(n),
+            Framing::Chunked => BodyFraming::Chunked,
+        }
+    }
 }
 
 impl<'a> HeadWriter<'a> {
@@ -59,8 +87,7 @@ impl<'a> HeadWriter<'a> {
         dst.put_slice(target.as_bytes());
         dst.put_slice(b" HTTP/1.1\r\n");
         Ok(HeadWriter {
-            dst,
-            start,
+            target: Target::Wire { dst, start },
             refused: None,
         })
     }
@@ -70,8 +97,16 @@ impl<'a> HeadWriter<'a> {
         let start = dst.len();
         encode_status_line(status, dst);
         HeadWriter {
-            dst,
-            start,
+            target: Target::Wire { dst, start },
+            refused: None,
+        }
+    }
+
+    /// Starts an HTTP/2 answer's fields in `fields` (empty), held to the same rules.
+    #[cfg_attr(not(feature = "h2"), allow(dead_code))]
+    pub(crate) fn fields(fields: &'a mut HeaderMap) -> HeadWriter<'a> {
+        HeadWriter {
+            target: Target::Fields(fields),
             refused: None,
         }
     }
@@ -103,14 +138,27 @@ impl<'a> HeadWriter<'a> {
         })
     }
 
+    /// Says how the body that follows is delimited: `Content-Length` or (HTTP/1.1)
+    /// `Transfer-Encoding: chunked`. HTTP/2 frames every body itself: only a length is stated.
+    pub fn framing(&mut self, framing: BodyFraming) -> Result<(), Unwritable> {
+        match framing {
+            BodyFraming::Length(n) => self.field_display(&header::CONTENT_LENGTH, n),
+            BodyFraming::Chunked if matches!(self.target, Target::Wire { .. }) => {
+                self.field(&header::TRANSFER_ENCODING, b"chunked")
+            }
+            BodyFraming::Chunked | BodyFraming::None | BodyFraming::Close => Ok(()),
+        }
+    }
+
     /// Ends the head (its empty line); a refused head stays unwritten.
     pub fn finish(self) -> Result<(), Unwritable> {
-        match self.refused {
-            Some(refused) => Err(refused),
-            None => {
-                self.dst.put_slice(b"\r\n");
+        match (self.refused, self.target) {
+            (Some(refused), _) => Err(refused),
+            (None, Target::Wire { dst, .. }) => {
+                dst.put_slice(b"\r\n");
                 Ok(())
             }
+            (None, Target::Fields(_)) => Ok(()),
         }
     }
 
@@ -120,23 +168,67 @@ impl<'a> HeadWriter<'a> {
         if let Some(refused) = &self.refused {
             return Err(refused.clone());
         }
-        self.dst.put_slice(name.as_bytes());
-        self.dst.put_slice(b": ");
-        let value_at = self.dst.len();
-        value(self.dst);
-        if holds_control(&self.dst[value_at..]) {
-            return self.refuse(Unwritable("header value"));
+        let clean = match &mut self.target {
+            Target::Wire { dst, .. } => {
+                dst.put_slice(name.as_bytes());
+                dst.put_slice(b": ");
+                let value_at = dst.len();
+                value(dst);
+                let clean = !holds_control(&dst[value_at..]);
+                dst.put_slice(b"\r\n");
+                clean
+            }
+            Target::Fields(fields) => {
+                let mut bytes = BytesMut::new();
+                value(&mut bytes);
+                // `HeaderValue` refuses the same bytes (controls but HTAB); the name was checked.
+                match (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_maybe_shared(bytes.freeze()),
+                ) {
+                    (Ok(name), Ok(value)) if !holds_control(value.as_bytes()) => {
+                        fields.append(name, value);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+        };
+        if clean {
+            Ok(())
+        } else {
+            self.refuse(Unwritable("header value"))
         }
-        self.dst.put_slice(b"\r\n");
-        Ok(())
     }
 
-    /// Takes the head back out of the buffer; this and every later field is refused.
+    /// Takes the head back out; this and every later field is refused.
     fn refuse(&mut self, refused: Unwritable) -> Result<(), Unwritable> {
-        self.dst.truncate(self.start);
+        match &mut self.target {
+            Target::Wire { dst, start } => dst.truncate(*start),
+            Target::Fields(fields) => fields.clear(),
+        }
         let first = self.refused.get_or_insert(refused);
         Err(first.clone())
     }
+}
+
+/// Writes an HTTP/1.1 answer's head after what `dst` holds: the status line, the fields
+/// `fields` writes, then what the connection does after it (`persistence`) and how its body is
+/// delimited. On [`Unwritable`] nothing of it stays.
+pub fn answer_head(
+    dst: &mut BytesMut,
+    status: StatusCode,
+    framing: BodyFraming,
+    persistence: Persistence,
+    fields: impl FnOnce(&mut HeadWriter<'_>) -> Result<(), Unwritable>,
+) -> Result<(), Unwritable> {
+    let mut head = HeadWriter::response(dst, status);
+    fields(&mut head)?;
+    if let Some(value) = persistence.value() {
+        head.field(&header::CONNECTION, value.as_bytes())?;
+    }
+    head.framing(framing)?;
+    head.finish()
 }
 
 /// RFC 9110 §5.6.2's `tchar`, by byte: what a method or a field name is made of. A table, as

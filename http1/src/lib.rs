@@ -6,7 +6,8 @@
 //! with ([`error`]), a core's [`Shutdown`] signal, a listening socket's accepts and stop ([`Listening`]), the
 //! event-loop [`DriverKind`], where a tunnelled WebSocket stream's frames end
 //! ([`FrameBoundaries`]), so that the node's close frame goes between two of them, and the
-//! PROXY protocol header a balancer sends first ([`proxy_protocol`]).
+//! PROXY protocol header a balancer sends first ([`proxy_protocol`]); with the `h2` feature,
+//! HTTP/2 to clients (by ALPN or h2c prior knowledge), each stream the same [`Request`].
 //!
 //! No framework: a router sees a [`Request`] and returns a [`Response`].
 
@@ -15,6 +16,8 @@ mod client;
 mod conn;
 mod driver;
 pub mod error;
+#[cfg(feature = "h2")]
+mod h2;
 mod head;
 mod head_writer;
 mod header_names;
@@ -37,13 +40,14 @@ pub use driver::{DriverKind, io_uring_runtime};
 pub use head::{
     Framing, HeadDecoder, HeadError, ResponseHeadDecoder, content_length, recycle_headers,
 };
-pub use head_writer::{HeadWriter, Unwritable, is_token};
+pub use head_writer::{BodyFraming, HeadWriter, Unwritable, answer_head, is_token};
 pub use json::read_json;
 pub use listening::Listening;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded};
+pub use response::date::value as current_date;
 pub use response::{Persistence, Response, encode_status_line};
-pub use server::{Handler, Limits, serve_connection};
+pub use server::{Handler, Http2, Limits, serve_connection};
 pub use shutdown::{Parting, Shutdown};
 pub use transport::Transport;
 pub use ws_frames::{FrameBoundaries, close_frame};

@@ -1,20 +1,25 @@
-//! A request being served: its head, and its body still on the wire.
+//! A request being served, whichever protocol brought it: its head, its body still on the wire,
+//! and the answer a handler streams itself. The data plane sees only this type: an HTTP/1.1
+//! request and an HTTP/2 stream go through the same admission, placement and forward.
 //!
-//! The body is not read until a handler asks for it, and then chunk by chunk off the
-//! connection's read buffer, so a proxied upload streams and a capped JSON body is refused
-//! from its declared length without reading it into memory.
+//! The body is not read until a handler asks for it, and then chunk by chunk (off the
+//! connection's read buffer, or the stream's `DATA` frames), so a proxied upload streams and a
+//! capped JSON body is refused from its declared length without reading it into memory.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use std::io::Write;
+
+use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::io::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::chunked::{ChunkedDecoder, Piece};
 use super::conn::{Conn, read_into};
 use super::head::Framing;
-use super::response::Response;
+use super::head_writer::{BodyFraming, HeadWriter, Unwritable, answer_head};
+use super::response::{Persistence, Response};
 use super::shutdown::Shutdown;
 use super::transport::Transport;
 
@@ -59,17 +64,32 @@ enum BodyState {
 pub struct Request<'c> {
     pub head: http::request::Parts,
     pub peer: SocketAddr,
-    conn: &'c mut Conn,
-    /// How the head decoder delimited the body: the one decision a forward restates.
+    /// How the body is delimited: decided once, by the head decoder (HTTP/1.1) or from the
+    /// stream's `HEADERS` (HTTP/2), and only restated downstream.
     framing: Framing,
-    body: BodyState,
-    expect_continue: bool,
-    keep_alive: bool,
+    wire: Wire<'c>,
+    /// Whether the connection is TLS (the scheme a forward states as `X-Forwarded-Proto`).
+    secure: bool,
     /// The core's stop: once it fires, the connection ends after this exchange.
     shutdown: &'c Shutdown,
     read_timeout: Duration,
     /// Body bytes handed to the handler so far.
     body_read: u64,
+}
+
+/// The protocol a request came by, and its state there.
+enum Wire<'c> {
+    H1(H1<'c>),
+    #[cfg(feature = "h2")]
+    H2(&'c mut crate::h2::Stream),
+}
+
+/// An HTTP/1.1 request's connection and where its body is.
+struct H1<'c> {
+    conn: &'c mut Conn,
+    body: BodyState,
+    expect_continue: bool,
+    keep_alive: bool,
     /// The connection's bytes written or queued when this request began.
     sent_before: u64,
 }
@@ -94,18 +114,44 @@ impl<'c> Request<'c> {
             Framing::Chunked => BodyState::Chunked(ChunkedDecoder::default()),
         };
         let sent_before = conn.sent + conn.out.len() as u64;
-        Request {
+        let secure = conn.secure;
+        let h1 = H1 {
             keep_alive: wants_keep_alive(&head),
-            shutdown,
-            body_read: 0,
             sent_before,
-            head,
-            peer,
             conn,
-            framing,
             body,
             expect_continue,
+        };
+        Request {
+            head,
+            peer,
+            framing,
+            wire: Wire::H1(h1),
+            secure,
+            shutdown,
             read_timeout,
+            body_read: 0,
+        }
+    }
+
+    #[cfg(feature = "h2")]
+    pub(super) fn over_h2(
+        head: http::request::Parts,
+        framing: Framing,
+        peer: SocketAddr,
+        stream: &'c mut crate::h2::Stream,
+        shutdown: &'c Shutdown,
+        read_timeout: Duration,
+    ) -> Request<'c> {
+        Request {
+            secure: stream.secure,
+            head,
+            peer,
+            framing,
+            wire: Wire::H2(stream),
+            shutdown,
+            read_timeout,
+            body_read: 0,
         }
     }
 
@@ -115,7 +161,7 @@ impl<'c> Request<'c> {
 
     /// The scheme the request came by: `https` over TLS, else `http`.
     pub fn scheme(&self) -> &'static str {
-        if self.conn.secure { "https" } else { "http" }
+        if self.secure { "https" } else { "http" }
     }
 
     pub fn path(&self) -> &str {
@@ -126,23 +172,96 @@ impl<'c> Request<'c> {
         self.head.headers.get(name)
     }
 
-    /// Bytes queued for the client: a handler that relays a response writes it here and
-    /// flushes, then answers [`super::Response::relayed`].
-    pub fn output(&mut self) -> &mut BytesMut {
-        &mut self.conn.out
+    /// Starts the answer a handler streams itself (a relayed worker answer, a streamed
+    /// listing): its status, the fields `fields` writes, how its body is delimited and (on
+    /// HTTP/1.1) the connection's persistence, stated after them. Its body follows with
+    /// [`Request::answer_data`], then [`Request::end_answer`], and goes out with
+    /// [`Request::flush`]; the handler then answers [`super::Response::relayed`]. On
+    /// [`Unwritable`] nothing of the head is queued. On HTTP/2 `framing` states only a length
+    /// and `persistence` nothing: the stream frames the body and the connection outlives it.
+    pub fn start_answer(
+        &mut self,
+        status: StatusCode,
+        framing: BodyFraming,
+        persistence: Persistence,
+        fields: impl FnOnce(&mut HeadWriter<'_>) -> Result<(), Unwritable>,
+    ) -> Result<(), Unwritable> {
+        match &mut self.wire {
+            Wire::H1(h1) => answer_head(&mut h1.conn.out, status, framing, persistence, fields),
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.start_answer(status, framing, fields),
+        }
     }
 
-    /// Writes out what [`Request::output`] holds. False when the client is gone.
+    /// Queues a piece of the answer's body (chunk-framed when the head said chunked).
+    pub fn answer_data(&mut self, framing: BodyFraming, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        match &mut self.wire {
+            Wire::H1(h1) => {
+                let out = &mut h1.conn.out;
+                if framing == BodyFraming::Chunked {
+                    let _ = write!(out.writer(), "{:x}\r\n", data.len());
+                    out.put_slice(&data);
+                    out.put_slice(b"\r\n");
+                } else {
+                    out.put_slice(&data);
+                }
+            }
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.answer_data(data),
+        }
+    }
+
+    /// Queues the end of the answer's body (the last chunk, when the head said chunked; an
+    /// HTTP/2 `END_STREAM`). An answer never ended is one cut short: HTTP/1.1 closes the
+    /// connection under it, HTTP/2 resets the stream.
+    pub fn end_answer(&mut self, framing: BodyFraming) {
+        match &mut self.wire {
+            Wire::H1(h1) => {
+                if framing == BodyFraming::Chunked {
+                    h1.conn.out.put_slice(b"0\r\n\r\n");
+                }
+            }
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.end_answer(),
+        }
+    }
+
+    /// Queues a whole answer of the node's own, after the request's body was dealt with.
+    /// `persistence` is what an HTTP/1.1 answer says of the connection.
+    pub(super) fn answer_whole(&mut self, response: &Response, persistence: Persistence) {
+        let head_request = self.head.method == Method::HEAD;
+        match &mut self.wire {
+            Wire::H1(h1) => response.encode(head_request, persistence, &mut h1.conn.out),
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.answer_whole(response, head_request),
+        }
+    }
+
+    /// Sends what the answer has queued. False when the client is gone (or took no byte for
+    /// the write timeout, or on HTTP/2 gave the stream no window to send in for as long).
     pub async fn flush(&mut self) -> bool {
-        self.conn.flush().await
+        match &mut self.wire {
+            Wire::H1(h1) => h1.conn.flush().await,
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.flush().await,
+        }
     }
 
     /// Whether the connection is kept after this exchange: the client wants it (HTTP/1.1
-    /// unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`) and the core is
-    /// not stopping. Asked when the answer's head is written, so a relayed head says
-    /// `Connection: close` whenever the server then closes.
+    /// unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`; always on
+    /// HTTP/2, whose streams end alone) and the core is not stopping. Asked when the answer's
+    /// head is written, so a relayed head says `Connection: close` whenever the server then
+    /// closes.
     pub fn keep_alive(&self) -> bool {
-        self.keep_alive && !self.shutdown.is_fired()
+        let wanted = match &self.wire {
+            Wire::H1(h1) => h1.keep_alive,
+            #[cfg(feature = "h2")]
+            Wire::H2(_) => true,
+        };
+        wanted && !self.shutdown.is_fired()
     }
 
     pub fn version(&self) -> Version {
@@ -155,20 +274,38 @@ impl<'c> Request<'c> {
         self.framing
     }
 
-    /// Whether the request has a body on the wire (declared length or chunked).
+    /// Whether the request has a body still to come (declared length, chunked, or an HTTP/2
+    /// stream not ended).
     pub fn has_body(&self) -> bool {
-        !matches!(self.body, BodyState::Done)
+        match &self.wire {
+            Wire::H1(h1) => !matches!(h1.body, BodyState::Done),
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.has_body(),
+        }
     }
 
     /// The next piece of the body, `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
-        let result = self.next_chunk().await;
+        let result = match &mut self.wire {
+            Wire::H1(h1) => h1.next_chunk(self.read_timeout).await,
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.next_chunk(self.read_timeout).await,
+        };
         match &result {
             Ok(Some(data)) => self.body_read += data.len() as u64,
             Ok(None) => {}
-            Err(_) => self.body = BodyState::Broken,
+            Err(_) => self.break_body(),
         }
         result
+    }
+
+    /// The body can no longer be read: what is left of it cannot be told from what follows.
+    fn break_body(&mut self) {
+        match &mut self.wire {
+            Wire::H1(h1) => h1.body = BodyState::Broken,
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.break_body(),
+        }
     }
 
     /// Body bytes read so far (by the handler, or drained after it).
@@ -179,15 +316,93 @@ impl<'c> Request<'c> {
     /// Bytes written or queued for the client since this request began: its answer, head
     /// included (and a `100 Continue`).
     pub fn bytes_sent(&self) -> u64 {
-        self.conn.sent + self.conn.out.len() as u64 - self.sent_before
+        match &self.wire {
+            Wire::H1(h1) => h1.conn.sent + h1.conn.out.len() as u64 - h1.sent_before,
+            #[cfg(feature = "h2")]
+            Wire::H2(stream) => stream.sent,
+        }
+    }
+
+    /// The whole body, refused with [`BodyError::TooLarge`] past `limit` bytes — from the
+    /// declared length when there is one, before reading anything.
+    pub async fn read_body(&mut self, limit: usize) -> Result<BytesMut, BodyError> {
+        let limit = limit as u64;
+        if let Framing::Length(n) = self.framing
+            && n > limit
+        {
+            self.break_body();
+            return Err(BodyError::TooLarge);
+        }
+        let mut body = BytesMut::new();
+        while let Some(chunk) = self.chunk().await? {
+            if (body.len() + chunk.len()) as u64 > limit {
+                self.break_body();
+                return Err(BodyError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// Answer bytes queued on the connection and not yet written (this answer's, and those of
+    /// requests pipelined before it).
+    pub(super) fn queued(&self) -> usize {
+        match &self.wire {
+            Wire::H1(h1) => h1.conn.out.len(),
+            #[cfg(feature = "h2")]
+            Wire::H2(_) => 0,
+        }
     }
 
     /// Whether the client already sent (part of) its next request.
     pub(super) fn pipelined(&self) -> bool {
-        !self.conn.reader.read_buffer().is_empty()
+        match &self.wire {
+            Wire::H1(h1) => !h1.conn.reader.read_buffer().is_empty(),
+            #[cfg(feature = "h2")]
+            Wire::H2(_) => false,
+        }
     }
 
-    async fn next_chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
+    /// Called once the response is decided: reads away a small unread body so the connection
+    /// can carry the next request. False when the connection must close instead.
+    pub(super) async fn finish(&mut self) -> bool {
+        let unread_limit = match &self.wire {
+            Wire::H1(h1) => match h1.body {
+                BodyState::Done => return true,
+                BodyState::Broken => return false,
+                // A client waiting for `100 Continue` has not sent the body; it never will now.
+                _ if h1.expect_continue => return false,
+                BodyState::Length(n) if n > DRAIN_MAX => return false,
+                _ => DRAIN_MAX,
+            },
+            // An HTTP/2 stream's unread body is refused by resetting the stream, not read.
+            #[cfg(feature = "h2")]
+            Wire::H2(_) => return true,
+        };
+        let mut drained = 0u64;
+        loop {
+            match self.chunk().await {
+                Ok(None) => return true,
+                Ok(Some(c)) => {
+                    drained += c.len() as u64;
+                    if drained > unread_limit {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Whether body bytes may still be arriving (a response that closes the connection should
+    /// then linger so the client sees it rather than a reset).
+    pub(super) fn body_unread(&self) -> bool {
+        self.has_body()
+    }
+}
+
+impl H1<'_> {
+    async fn next_chunk(&mut self, read_timeout: Duration) -> Result<Option<Bytes>, BodyError> {
         if self.expect_continue {
             self.expect_continue = false;
             self.conn
@@ -225,70 +440,13 @@ impl<'c> Request<'c> {
                     }
                 }
             }
-            self.read_more().await?;
-        }
-    }
-
-    async fn read_more(&mut self) -> Result<(), BodyError> {
-        let (io, buf) = self.conn.reader.read_state_mut();
-        match monoio::time::timeout(self.read_timeout, read_into(io, buf)).await {
-            Err(_) => Err(BodyError::TimedOut),
-            Ok(Ok(0)) | Ok(Err(_)) => Err(BodyError::Aborted),
-            Ok(Ok(_)) => Ok(()),
-        }
-    }
-
-    /// The whole body, refused with [`BodyError::TooLarge`] past `limit` bytes — from the
-    /// declared length when there is one, before reading anything.
-    pub async fn read_body(&mut self, limit: usize) -> Result<BytesMut, BodyError> {
-        let limit = limit as u64;
-        if let BodyState::Length(n) = self.body
-            && n > limit
-        {
-            self.body = BodyState::Broken;
-            return Err(BodyError::TooLarge);
-        }
-        let mut body = BytesMut::new();
-        while let Some(chunk) = self.chunk().await? {
-            if (body.len() + chunk.len()) as u64 > limit {
-                self.body = BodyState::Broken;
-                return Err(BodyError::TooLarge);
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
-    }
-
-    /// Called once the response is decided: reads away a small unread body so the connection
-    /// can carry the next request. False when the connection must close instead.
-    pub(super) async fn finish(&mut self) -> bool {
-        let unread_limit = match self.body {
-            BodyState::Done => return true,
-            BodyState::Broken => return false,
-            // A client waiting for `100 Continue` has not sent the body; it never will now.
-            _ if self.expect_continue => return false,
-            BodyState::Length(n) if n > DRAIN_MAX => return false,
-            _ => DRAIN_MAX,
-        };
-        let mut drained = 0u64;
-        loop {
-            match self.chunk().await {
-                Ok(None) => return true,
-                Ok(Some(c)) => {
-                    drained += c.len() as u64;
-                    if drained > unread_limit {
-                        return false;
-                    }
-                }
-                Err(_) => return false,
+            let (io, buf) = self.conn.reader.read_state_mut();
+            match monoio::time::timeout(read_timeout, read_into(io, buf)).await {
+                Err(_) => return Err(BodyError::TimedOut),
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(BodyError::Aborted),
+                Ok(Ok(_)) => {}
             }
         }
-    }
-
-    /// Whether body bytes may still be arriving (a response that closes the connection should
-    /// then linger so the client sees it rather than a reset).
-    pub(super) fn body_unread(&self) -> bool {
-        !matches!(self.body, BodyState::Done)
     }
 }
 
@@ -308,19 +466,25 @@ pub struct Upgraded<'a> {
 
 impl Request<'_> {
     /// Hands the connection over after the handler wrote and flushed a `101 Switching
-    /// Protocols`; the handler then answers [`super::Response::relayed`] with `close`.
-    pub fn upgraded(&mut self) -> Upgraded<'_> {
+    /// Protocols`; the handler then answers [`super::Response::relayed`] with `close`. `None`
+    /// on HTTP/2, which switches no protocol (its requests are never upgrades).
+    pub fn upgraded(&mut self) -> Option<Upgraded<'_>> {
+        let h1 = match &mut self.wire {
+            Wire::H1(h1) => h1,
+            #[cfg(feature = "h2")]
+            Wire::H2(_) => return None,
+        };
         // Whatever the handler answers, the server loop must not read another request off
         // this connection: what follows the switch is not HTTP.
-        self.body = BodyState::Broken;
-        let (reader, buffered) = self.conn.reader.read_state_mut();
-        Upgraded {
+        h1.body = BodyState::Broken;
+        let (reader, buffered) = h1.conn.reader.read_state_mut();
+        Some(Upgraded {
             buffered,
             reader,
-            writer: &mut self.conn.writer,
-            write_timeout: self.conn.write_timeout,
+            writer: &mut h1.conn.writer,
+            write_timeout: h1.conn.write_timeout,
             shutdown: self.shutdown,
-        }
+        })
     }
 }
 

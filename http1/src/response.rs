@@ -112,26 +112,36 @@ impl Response {
 
 /// The `Date` header of the node's own answers (RFC 9110 §6.6.1), formatted once a second per
 /// thread rather than per answer.
-mod date {
+pub mod date {
     use std::cell::RefCell;
     use std::time::{SystemTime, UNIX_EPOCH};
 
     use bytes::{BufMut, BytesMut};
+    use http::HeaderValue;
 
     thread_local! {
-        static LAST: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+        static LAST: RefCell<(u64, HeaderValue)> =
+            const { RefCell::new((u64::MAX, HeaderValue::from_static(""))) };
+    }
+
+    /// The current second's `Date` value.
+    pub fn value() -> HeaderValue {
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        LAST.with_borrow_mut(|(at, value)| {
+            if *at != second {
+                *at = second;
+                *value = HeaderValue::from_str(&httpdate::fmt_http_date(now))
+                    .expect("an HTTP date is a header value");
+            }
+            value.clone()
+        })
     }
 
     pub fn encode(dst: &mut BytesMut) {
-        let now = SystemTime::now();
-        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        LAST.with_borrow_mut(|(at, text)| {
-            if *at != second {
-                *at = second;
-                *text = format!("date: {}\r\n", httpdate::fmt_http_date(now));
-            }
-            dst.put_slice(text.as_bytes());
-        });
+        dst.put_slice(b"date: ");
+        dst.put_slice(value().as_bytes());
+        dst.put_slice(b"\r\n");
     }
 }
 

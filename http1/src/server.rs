@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use futures_util::FutureExt;
-use http::{Method, StatusCode, Version};
+use http::{StatusCode, Version};
 use monoio::io::stream::Stream;
 use monoio::io::{AsyncWriteRent, Splitable};
 use monoio::net::TcpStream;
@@ -36,6 +36,29 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Time a client may take no bytes of its answer before the connection is closed.
     pub write_timeout: Duration,
+    /// Which clients may speak HTTP/2, and how many streams one connection may have open.
+    pub http2: Http2,
+}
+
+/// HTTP/2 to clients (served with the `h2` feature; without it, never).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http2 {
+    /// Offered by ALPN (`h2`) on a TLS connection.
+    pub tls: bool,
+    /// Taken by prior knowledge (h2c: a connection that starts with HTTP/2's preface) on a
+    /// plain one.
+    pub cleartext: bool,
+    /// Streams one connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+    pub max_streams: u32,
+}
+
+impl Http2 {
+    /// HTTP/1.1 only (a worker behind the node).
+    pub const OFF: Http2 = Http2 {
+        tls: false,
+        cleartext: false,
+        max_streams: 128,
+    };
 }
 
 /// Unsent answers past which a connection stops reading pipelined requests until the client
@@ -138,14 +161,53 @@ async fn serve<H: Handler>(
             }
         }
     };
+    // What the client sent before its protocol was known: the first request's bytes.
+    #[allow(unused_mut)]
+    let mut read = BytesMut::new();
+    #[cfg(feature = "h2")]
+    {
+        use crate::h2::{self, Sniffed};
+        let mut stream = stream;
+        if stream.alpn_is_h2() {
+            return h2::serve(stream, read, peer, handler, limits, shutdown).await;
+        }
+        if !stream.is_tls() && limits.http2.cleartext {
+            match h2::sniff_preface(&mut stream, limits.header_timeout).await {
+                Sniffed::Preface(bytes) => {
+                    return h2::serve(stream, bytes, peer, handler, limits, shutdown).await;
+                }
+                Sniffed::Other(bytes) => read = bytes,
+                Sniffed::Gone => return,
+            }
+        }
+        return serve_http1(stream, read, peer, handler, limits, shutdown).await;
+    }
+    #[cfg(not(feature = "h2"))]
+    serve_http1(stream, read, peer, handler, limits, shutdown).await
+}
+
+/// Serves HTTP/1.1 requests on `stream` until the client leaves, a limit is hit or the core
+/// stops; `read` holds bytes already read off it.
+async fn serve_http1<H: Handler>(
+    stream: Transport,
+    read: BytesMut,
+    peer: SocketAddr,
+    handler: &H,
+    limits: &Limits,
+    shutdown: &Shutdown,
+) {
+    let secure = stream.is_tls();
     let (reader, writer) = stream.into_split();
+    let mut reader =
+        FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192);
+    reader.read_buffer_mut().extend_from_slice(&read);
     let mut conn = Conn {
-        reader: FramedRead::with_capacity(reader, HeadDecoder::new(limits.max_header_bytes), 8192),
+        reader,
         writer,
         out: BytesMut::with_capacity(8192),
         sent: 0,
         write_timeout: limits.write_timeout,
-        secure: tls.is_some(),
+        secure,
     };
     let mut first = true;
     loop {
@@ -192,7 +254,6 @@ async fn serve<H: Handler>(
             }
         };
         let version = head.version;
-        let is_head = head.method == Method::HEAD;
         let mut req = Request::new(
             head,
             framing,
@@ -202,21 +263,7 @@ async fn serve<H: Handler>(
             limits.header_timeout,
         );
         let mut note = H::Note::default();
-        let response = match AssertUnwindSafe(handler.handle(&mut req, &mut note))
-            .catch_unwind()
-            .await
-        {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => {
-                error!(%peer, path = req.path(), error = %e, "request failed");
-                Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-            }
-            Err(_) => {
-                // The panic hook has already printed the message and location.
-                error!(%peer, path = req.path(), "request handler panicked");
-                Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-            }
-        };
+        let response = answer(handler, &mut req, &mut note).await;
         let reusable = req.finish().await;
         let unread = req.body_unread();
         // A relayed head said whether the connection is kept ([`Request::keep_alive`] when it
@@ -228,11 +275,11 @@ async fn serve<H: Handler>(
             (false, _) => Persistence::Implicit,
         };
         if !response.is_relayed() {
-            response.encode(is_head, persistence, req.output());
+            req.answer_whole(&response, persistence);
         }
         // With more requests already pipelined, their answers go out in the same write, up to
         // the high-water mark: past it the next request waits until the client reads.
-        let flush = close || !req.pipelined() || req.output().len() >= OUTPUT_HIGH_WATER;
+        let flush = close || !req.pipelined() || req.queued() >= OUTPUT_HIGH_WATER;
         let written = !flush || req.flush().await;
         handler.answered(note, &req, &response, req.bytes_sent());
         // Before the next read: the head's values share the read buffer's allocation.
@@ -246,6 +293,32 @@ async fn serve<H: Handler>(
                 linger(&mut conn).await;
             }
             return;
+        }
+    }
+}
+
+/// The handler's answer to `req`: what it returned, or a 500 `internal error` when it failed or
+/// panicked (logged). The one call of [`Handler::handle`], whichever protocol the request
+/// came by.
+pub(crate) async fn answer<H: Handler>(
+    handler: &H,
+    req: &mut Request<'_>,
+    note: &mut H::Note,
+) -> Response {
+    let peer = req.peer;
+    match AssertUnwindSafe(handler.handle(req, note))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            error!(%peer, path = req.path(), error = %e, "request failed");
+            Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        }
+        Err(_) => {
+            // The panic hook has already printed the message and location.
+            error!(%peer, path = req.path(), "request handler panicked");
+            Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
     }
 }

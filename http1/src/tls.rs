@@ -68,18 +68,23 @@ pub struct ServerTls {
     key: PathBuf,
     /// Kept across reloads so a ticket issued before one still resumes after it.
     ticketer: Arc<dyn ProducesTickets>,
+    /// Whether ALPN offers `h2` (before `http/1.1`).
+    h2: bool,
     current: ArcSwap<ServerConfig>,
 }
 
 impl ServerTls {
-    pub fn load(cert: &Path, key: &Path) -> Result<ServerTls, TlsSetupError> {
+    /// The listener's TLS from a certificate chain and its key; ALPN offers `h2` first when
+    /// `h2`, and `http/1.1`.
+    pub fn load(cert: &Path, key: &Path, h2: bool) -> Result<ServerTls, TlsSetupError> {
         let ticketer = rustls::crypto::ring::Ticketer::new()
             .map_err(|e| fail(PemFile::Key, format!("no session ticketer: {e}")))?;
-        let config = server_config(cert, key, &ticketer)?;
+        let config = server_config(cert, key, &ticketer, h2)?;
         Ok(ServerTls {
             cert: cert.to_owned(),
             key: key.to_owned(),
             ticketer,
+            h2,
             current: ArcSwap::from_pointee(config),
         })
     }
@@ -87,7 +92,7 @@ impl ServerTls {
     /// Reads the pair again from the same paths, for [`ServerTls::present`]. Blocking (file
     /// IO): off any event loop, and bounded by the caller (a file on a hung mount).
     pub fn read_again(&self) -> Result<LoadedPair, TlsSetupError> {
-        server_config(&self.cert, &self.key, &self.ticketer).map(LoadedPair)
+        server_config(&self.cert, &self.key, &self.ticketer, self.h2).map(LoadedPair)
     }
 
     /// Later handshakes present `pair`.
@@ -134,6 +139,7 @@ fn server_config(
     cert: &Path,
     key: &Path,
     ticketer: &Arc<dyn ProducesTickets>,
+    h2: bool,
 ) -> Result<ServerConfig, TlsSetupError> {
     let chain = certificates(cert, PemFile::Certificate)?;
     let key_der = PrivateKeyDer::from_pem_slice(&read_pem(key, PemFile::Key)?).map_err(|e| {
@@ -153,7 +159,11 @@ fn server_config(
                 format!("{} does not go with {}: {e}", key.display(), cert.display()),
             )
         })?;
-    config.alpn_protocols = vec![HTTP_1_1.to_vec()];
+    config.alpn_protocols = if h2 {
+        vec![b"h2".to_vec(), HTTP_1_1.to_vec()]
+    } else {
+        vec![HTTP_1_1.to_vec()]
+    };
     config.ticketer = ticketer.clone();
     Ok(config)
 }

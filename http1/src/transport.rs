@@ -44,6 +44,15 @@ impl Transport {
         !matches!(self, Transport::Plain(_))
     }
 
+    /// Whether the client chose HTTP/2 in the TLS handshake (ALPN `h2`, offered only when
+    /// `http.h2` is on).
+    pub fn alpn_is_h2(&self) -> bool {
+        match self {
+            Transport::TlsServer(s) => s.alpn_protocol().as_deref() == Some(b"h2"),
+            _ => false,
+        }
+    }
+
     /// Whether an idle connection can no longer carry a request: its peer closed it (an end of
     /// stream, or a reset) or sent bytes nobody asked for (an HTTP/1.1 server's answer to
     /// nothing, a TLS `close_notify`). Checked before a pooled connection is reused, as Pingora

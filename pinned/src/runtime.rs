@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use monoio::{LegacyDriver, RuntimeBuilder};
 use pinboard_http::tls::ServerTls;
-use pinboard_http::{DriverKind, Limits, Listening, serve_connection};
+use pinboard_http::{DriverKind, Http2, Limits, Listening, serve_connection};
 use tracing::{error, warn};
 
 use crate::app::App;
@@ -161,6 +161,8 @@ async fn serve<A: App>(
         // Attestations carrying a client's claims can be long.
         max_header_bytes: 64 * 1024,
         write_timeout: Duration::from_secs(60),
+        // Behind the node, which speaks HTTP/1.1 to workers.
+        http2: Http2::OFF,
     });
     let active = Rc::new(Cell::new(0usize));
     while let Some((stream, peer)) = listening.next(&shutdown, "serving thread").await {

@@ -109,13 +109,15 @@ impl Drop for Worker {
 /// is verified with (the system roots plus `registry_ca_file`). An error names the setting.
 fn load_tls(config: &Config) -> Result<(Option<Arc<ServerTls>>, ClientTls), StartError> {
     let listener = match (&config.tls_cert_file, &config.tls_key_file) {
-        (Some(cert), Some(key)) => Some(Arc::new(ServerTls::load(cert, key).map_err(|e| {
-            let setting = match e.file {
-                PemFile::Key => "tls_key_file",
-                _ => "tls_cert_file",
-            };
-            StartError::Config(format!("{setting}: {e}"))
-        })?)),
+        (Some(cert), Some(key)) => Some(Arc::new(ServerTls::load(cert, key, false).map_err(
+            |e| {
+                let setting = match e.file {
+                    PemFile::Key => "tls_key_file",
+                    _ => "tls_cert_file",
+                };
+                StartError::Config(format!("{setting}: {e}"))
+            },
+        )?)),
         _ => None,
     };
     let registry = ClientTls::new(config.registry_ca_file.as_deref(), Alpn::Http1)

@@ -109,6 +109,11 @@ pub(super) const KEYS: &[Key] = &[
     // delay is more likely a unit mistake than a wish, and keeps a stopping node for as long.
     key!(http.shutdown_delay_ms: u64 = whole(0, 600_000)),
     key!(http.write_timeout_ms: u64 = whole(1, MAX_MS)),
+    key!(http.h2: bool = flag),
+    key!(http.h2c: bool = flag),
+    // RFC 9113 §6.5.2 recommends no fewer than 100; more than 65535 at once on one connection
+    // is a client to refuse, not to serve.
+    key!(http.h2_max_streams: u32 = whole(1, 65_535)),
     key!(tls.cert_file: Option<PathBuf> = optional(text_with(path))),
     key!(tls.key_file: Option<PathBuf> = optional(text_with(path))),
     key!(limits.max_connections_per_ip: u64 = whole(0, 10_000_000)),

@@ -404,6 +404,14 @@ pub struct HttpLimits {
     /// the forward's upstream connection and inflight slot released), in ms, 1–86400000.
     /// Default 60000, as nginx's `send_timeout`.
     pub write_timeout_ms: u64,
+    /// HTTP/2 offered by ALPN (`h2`) on the TLS listener. Default true.
+    pub h2: bool,
+    /// HTTP/2 by prior knowledge (h2c) on a plain listener: a connection that starts with the
+    /// HTTP/2 preface is served as HTTP/2. Default false.
+    pub h2c: bool,
+    /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`),
+    /// 1–65535. Default 128.
+    pub h2_max_streams: u32,
 }
 
 /// Why the configuration was refused. Displays as one line naming the key.
@@ -479,6 +487,9 @@ impl Default for Config {
                 shutdown_grace_ms: 10_000,
                 shutdown_delay_ms: 0,
                 write_timeout_ms: 60_000,
+                h2: true,
+                h2c: false,
+                h2_max_streams: 128,
             },
             tls: ListenerTls::default(),
             limits: ClientLimits {
@@ -777,6 +788,7 @@ restart_only!(
     forwards.max_inflight,
     forwards.ca_file,
     forwards.upstream_idle_timeout_ms,
+    http.h2,
     tls.cert_file,
     tls.key_file,
     ledger.enabled,
@@ -955,6 +967,9 @@ max_header_bytes = 4096
 shutdown_grace_ms = 0
 shutdown_delay_ms = 5000
 write_timeout_ms = 3000
+h2 = false
+h2c = true
+h2_max_streams = 64
 
 [limits]
 max_connections_per_ip = 50
@@ -1042,6 +1057,9 @@ wait_timeout_ms = 50
                 shutdown_grace_ms: 0,
                 shutdown_delay_ms: 5_000,
                 write_timeout_ms: 3_000,
+                h2: false,
+                h2c: true,
+                h2_max_streams: 64,
             },
             tls: ListenerTls::default(),
             limits: ClientLimits {
@@ -1208,6 +1226,9 @@ wait_timeout_ms = 50
             ),
             ("PINBOARD_REDIS__WAIT_REPLICAS", "1"),
             ("PINBOARD_REDIS__WAIT_TIMEOUT_MS", "50"),
+            ("PINBOARD_HTTP__H2", "false"),
+            ("PINBOARD_HTTP__H2C", "true"),
+            ("PINBOARD_HTTP__H2_MAX_STREAMS", "64"),
         ];
         assert_eq!(vars.len(), keys::KEYS.len(), "one variable per key");
         let config = Config::load(None, env(&vars)).unwrap();

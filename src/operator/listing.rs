@@ -22,12 +22,12 @@ use std::ops::Range;
 use std::task::Poll;
 
 use ahash::AHashMap;
-use bytes::{BufMut, Bytes, BytesMut};
-use http::header::TRANSFER_ENCODING;
-use http::{HeaderValue, StatusCode};
+use bytes::Bytes;
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, DATE};
 
 use crate::error::Error;
-use crate::http::{Persistence, Request, Response};
+use crate::http::{BodyFraming, Persistence, Request, Response, current_date};
 use crate::store::{PlacementRow, Store};
 
 /// How many entries are written between two pauses of the writer.
@@ -265,9 +265,10 @@ pub struct Body<'r, 'a> {
 }
 
 impl<'r, 'a> Body<'r, 'a> {
-    /// Streamed to an HTTP/1.1 GET, whole otherwise (HEAD must announce a length).
+    /// Streamed to a GET of HTTP/1.1 (chunked) or HTTP/2, whole otherwise (HEAD must announce a
+    /// length, and HTTP/1.0 has no chunks).
     pub fn for_request(req: &'r mut Request<'a>, size_hint: usize) -> Body<'r, 'a> {
-        if req.version() != http::Version::HTTP_11 || req.method() == http::Method::HEAD {
+        if req.version() == http::Version::HTTP_10 || req.method() == http::Method::HEAD {
             return Body {
                 bytes: Vec::with_capacity(size_hint),
                 stream: None,
@@ -276,7 +277,16 @@ impl<'r, 'a> Body<'r, 'a> {
             };
         }
         let close = !req.keep_alive();
-        chunked_head(close, req.output());
+        let persistence = if close {
+            Persistence::Close
+        } else {
+            Persistence::Implicit
+        };
+        // The node's own fields: always writable.
+        let _ = req.start_answer(StatusCode::OK, BodyFraming::Chunked, persistence, |head| {
+            head.field(&CONTENT_TYPE, b"application/json")?;
+            head.field(&DATE, current_date().as_bytes())
+        });
         Body {
             bytes: Vec::with_capacity(CHUNK + CHUNK / 4),
             stream: Some(req),
@@ -295,7 +305,8 @@ impl<'r, 'a> Body<'r, 'a> {
     pub async fn pause(&mut self) {
         match self.stream.as_deref_mut() {
             Some(req) if self.bytes.len() >= CHUNK => {
-                put_chunk(req.output(), &self.bytes);
+                let chunk = Bytes::copy_from_slice(&self.bytes);
+                req.answer_data(BodyFraming::Chunked, chunk);
                 self.bytes.clear();
                 self.gone = !req.flush().await;
             }
@@ -311,40 +322,12 @@ impl<'r, 'a> Body<'r, 'a> {
         };
         let mut gone = self.gone;
         if !gone {
-            if !self.bytes.is_empty() {
-                put_chunk(req.output(), &self.bytes);
-            }
-            req.output().put_slice(b"0\r\n\r\n");
+            req.answer_data(BodyFraming::Chunked, self.bytes.into());
+            req.end_answer(BodyFraming::Chunked);
             gone = !req.flush().await;
         }
         Response::relayed(StatusCode::OK, self.close || gone)
     }
-}
-
-/// The head of a chunked 200 JSON answer. `Response::encode` writes the status line, `date`
-/// and `connection` as for every answer the node gives, and a `content-length`, which a
-/// chunked answer must not carry: that line is left out.
-fn chunked_head(close: bool, dst: &mut BytesMut) {
-    let persistence = if close {
-        Persistence::Close
-    } else {
-        Persistence::Implicit
-    };
-    let mut head = BytesMut::new();
-    Response::new(StatusCode::OK, Some("application/json"), Bytes::new())
-        .header(TRANSFER_ENCODING, HeaderValue::from_static("chunked"))
-        .encode(true, persistence, &mut head);
-    for line in head.split_inclusive(|&b| b == b'\n') {
-        if !line.to_ascii_lowercase().starts_with(b"content-length:") {
-            dst.put_slice(line);
-        }
-    }
-}
-
-fn put_chunk(dst: &mut BytesMut, data: &[u8]) {
-    dst.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
-    dst.put_slice(data);
-    dst.put_slice(b"\r\n");
 }
 
 /// Puts run `r`'s entry after `i` on the heap, if it has one.

@@ -9,18 +9,18 @@ use std::future::Future;
 use std::pin::{Pin, pin};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderValue, Method, StatusCode, Version, header};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, Splitable};
 use monoio_codec::{Decoded, Decoder};
 use pinboard_protocol::header::{LEASE_UNHEALTHY, REFUSAL};
 
-use super::headers::{self, BodyFraming, Forwarded};
+use super::headers::{self, Forwarded};
 use crate::http::tls::ClientTls;
 use crate::http::{
-    BodyError, ChunkedDecoder, FrameBoundaries, Persistence, Piece, Request, ResponseHeadDecoder,
-    Shutdown, Upgraded, WorkerAddr, close_frame, content_length, read_into, recycle_headers,
-    write_all_within,
+    BodyError, BodyFraming, ChunkedDecoder, FrameBoundaries, Persistence, Piece, Request,
+    ResponseHeadDecoder, Shutdown, Upgraded, WorkerAddr, close_frame, content_length, read_into,
+    recycle_headers, write_all_within,
 };
 use crate::metrics::{CoreCounters, UpstreamError};
 use crate::upstream::{Upstream, connect};
@@ -468,15 +468,12 @@ async fn relay(
         (false, true) => Persistence::KeepAlive,
         (false, false) => Persistence::Implicit,
     };
-    let written = headers::response_head(
-        head.status,
-        &head.headers,
-        announced,
-        persistence,
-        exchange.forwarded.correlation.request_id(),
-        req.output(),
-    );
+    let request_id = exchange.forwarded.correlation.request_id();
+    let written = req.start_answer(head.status, announced, persistence, |fields| {
+        headers::response_fields(head.status, &head.headers, request_id, fields)
+    });
     if written.is_err() {
+        recycle_headers(head.headers);
         return failed(exchange, UpstreamError::Invalid);
     }
     let status = head.status;
@@ -492,6 +489,9 @@ async fn relay(
     recycle_headers(head.headers);
 
     let copied = copy_body(req, &mut upstream, from, to, timeout).await;
+    if copied.is_ok() {
+        req.end_answer(to);
+    }
     let flushed = req.flush().await;
     match copied {
         Ok(()) if flushed => {
@@ -534,20 +534,21 @@ async fn switch(
     exchange: &Exchange<'_>,
 ) -> Outcome {
     let websocket = switches_to_websocket(&head);
-    let written = headers::response_head(
+    let request_id = exchange.forwarded.correlation.request_id();
+    let written = req.start_answer(
         head.status,
-        &head.headers,
         BodyFraming::None,
         Persistence::Implicit,
-        exchange.forwarded.correlation.request_id(),
-        req.output(),
+        |fields| headers::response_fields(head.status, &head.headers, request_id, fields),
     );
     recycle_headers(head.headers);
     if written.is_err() {
         return failed(exchange, UpstreamError::Invalid).0;
     }
-    if req.flush().await {
-        tunnel(req.upgraded(), upstream, exchange.timeout, websocket).await;
+    if req.flush().await
+        && let Some(client) = req.upgraded()
+    {
+        tunnel(client, upstream, exchange.timeout, websocket).await;
     }
     Outcome::Upgraded
 }
@@ -790,10 +791,7 @@ async fn copy_body(
         let piece = match from {
             BodyFraming::Chunked => match chunked.decode(&mut upstream.buf) {
                 Err(_) => return Err(()),
-                Ok(Some(Piece::End)) => {
-                    end_body(req, to);
-                    return Ok(());
-                }
+                Ok(Some(Piece::End)) => return Ok(()),
                 Ok(Some(Piece::Data(data))) => Some(data),
                 Ok(None) => None,
             },
@@ -805,7 +803,7 @@ async fn copy_body(
             }
         };
         if let Some(data) = piece {
-            write_piece(req.output(), to, &data);
+            req.answer_data(to, data);
             if !req.flush().await {
                 return Err(());
             }
@@ -813,42 +811,10 @@ async fn copy_body(
         }
         let read = read_into(&mut upstream.stream, &mut upstream.buf);
         match monoio::time::timeout(timeout, read).await {
-            Ok(Ok(0)) | Ok(Err(_)) if from == BodyFraming::Close => {
-                end_body(req, to);
-                return Ok(());
-            }
+            Ok(Ok(0)) | Ok(Err(_)) if from == BodyFraming::Close => return Ok(()),
             Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(()),
             Ok(Ok(_)) => {}
         }
-    }
-}
-
-fn write_piece(out: &mut BytesMut, to: BodyFraming, data: &Bytes) {
-    if data.is_empty() {
-        return;
-    }
-    if to == BodyFraming::Chunked {
-        use std::fmt::Write;
-        let _ = write!(BytesMutFmt(out), "{:x}\r\n", data.len());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    } else {
-        out.extend_from_slice(data);
-    }
-}
-
-fn end_body(req: &mut Request<'_>, to: BodyFraming) {
-    if to == BodyFraming::Chunked {
-        req.output().extend_from_slice(b"0\r\n\r\n");
-    }
-}
-
-struct BytesMutFmt<'a>(&'a mut BytesMut);
-
-impl std::fmt::Write for BytesMutFmt<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
     }
 }
 

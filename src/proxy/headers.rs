@@ -22,42 +22,12 @@ use http::{HeaderMap, HeaderName, Method, StatusCode, header};
 use pinboard_protocol::header::{ATTESTATION, EPOCH};
 
 use crate::correlation::{Correlation, REQUEST_ID, TRACEPARENT, TRACESTATE};
-use crate::http::{Framing, HeadWriter, Unwritable};
+use crate::http::{BodyFraming, HeadWriter, Unwritable};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
-
-/// How a message body is delimited on the wire we write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyFraming {
-    None,
-    Length(u64),
-    Chunked,
-    /// Until the connection closes (only towards an HTTP/1.0 client).
-    Close,
-}
-
-impl From<Framing> for BodyFraming {
-    fn from(framing: Framing) -> BodyFraming {
-        match framing {
-            Framing::None => BodyFraming::None,
-            Framing::Length(n) => BodyFraming::Length(n),
-            Framing::Chunked => BodyFraming::Chunked,
-        }
-    }
-}
-
-impl BodyFraming {
-    fn encode(self, head: &mut HeadWriter<'_>) -> Result<(), Unwritable> {
-        match self {
-            BodyFraming::Length(n) => head.field_display(&header::CONTENT_LENGTH, n),
-            BodyFraming::Chunked => head.field(&header::TRANSFER_ENCODING, b"chunked"),
-            BodyFraming::None | BodyFraming::Close => Ok(()),
-        }
-    }
-}
 
 /// RFC 9110 §7.6.1's hop-by-hop headers, plus `Expect` (we answer `100 Continue` ourselves)
 /// and the framing headers, which are restated for each hop.
@@ -192,40 +162,49 @@ pub fn request_head(
         head.field(&header::CONNECTION, b"upgrade")?;
         head.field(&header::UPGRADE, protocols)?;
     }
-    framing.encode(&mut head)?;
+    head.framing(framing)?;
     head.finish()
 }
 
-/// Writes the response head relayed to the client, with the request's id in place of any the
-/// worker sent, after what `dst` holds; on [`Unwritable`] (a worker's field no head may carry),
-/// nothing of it stays.
-pub fn response_head(
+/// The fields of the answer relayed to the client (its status line or pseudo-header, its
+/// framing and the connection's persistence are the answer's writer's): the worker's end-to-end
+/// fields, the request's id in place of any the worker sent, and on a `101` the protocol
+/// switched to. On [`Unwritable`] (a worker's field no head may carry), nothing of it stays.
+pub fn response_fields(
     status: StatusCode,
     headers: &HeaderMap,
-    framing: BodyFraming,
-    connection: crate::http::Persistence,
     request_id: &str,
-    dst: &mut BytesMut,
+    head: &mut HeadWriter<'_>,
 ) -> Result<(), Unwritable> {
-    let mut head = HeadWriter::response(dst, status);
-    copy_end_to_end(headers, |name| name == REQUEST_ID, &mut head)?;
+    copy_end_to_end(headers, |name| name == REQUEST_ID, head)?;
     head.header(REQUEST_ID, request_id.as_bytes())?;
-    if status == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(upgrade) = headers.get(header::UPGRADE) {
-            head.field(&header::CONNECTION, b"upgrade")?;
-            head.field(&header::UPGRADE, upgrade.as_bytes())?;
-        }
-    } else if let Some(value) = connection.value() {
-        head.field(&header::CONNECTION, value.as_bytes())?;
+    if status == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(upgrade) = headers.get(header::UPGRADE)
+    {
+        head.field(&header::CONNECTION, b"upgrade")?;
+        head.field(&header::UPGRADE, upgrade.as_bytes())?;
     }
-    head.field(&X_ACCEL_BUFFERING, b"no")?;
-    framing.encode(&mut head)?;
-    head.finish()
+    head.field(&X_ACCEL_BUFFERING, b"no")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::{Persistence, answer_head};
+
+    /// The relayed answer's head as an HTTP/1.1 client gets it (`Request::start_answer`'s way).
+    fn response_head(
+        status: StatusCode,
+        headers: &HeaderMap,
+        framing: BodyFraming,
+        persistence: Persistence,
+        request_id: &str,
+        dst: &mut BytesMut,
+    ) -> Result<(), Unwritable> {
+        answer_head(dst, status, framing, persistence, |fields| {
+            response_fields(status, headers, request_id, fields)
+        })
+    }
 
     /// A forward from 127.0.0.9, an untrusted peer, over plain HTTP.
     fn plain<'a>(correlation: &'a Correlation, epoch: &'a str, drop: bool) -> Forwarded<'a> {
@@ -459,7 +438,7 @@ mod tests {
         }
         let upstream = headers(&[("x-ok", "1")]);
         let mut out = BytesMut::from(&b"before"[..]);
-        let (none, implicit) = (BodyFraming::None, crate::http::Persistence::Implicit);
+        let (none, implicit) = (BodyFraming::None, Persistence::Implicit);
         let written = response_head(StatusCode::OK, &upstream, none, implicit, "a\rb", &mut out);
         assert!(written.is_err());
         assert_eq!(&out[..], b"before");
@@ -497,7 +476,7 @@ mod tests {
             StatusCode::OK,
             &upstream,
             BodyFraming::Chunked,
-            crate::http::Persistence::Implicit,
+            Persistence::Implicit,
             "req-1",
             &mut out,
         )

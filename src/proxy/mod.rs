@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use http::{StatusCode, Version, header};
 
 pub use forward::GOODBYE_WITHIN;
-pub use headers::{BodyFraming, Forwarded, request_head, response_head};
+pub use headers::{Forwarded, request_head, response_fields};
 
 use crate::access_log::Record;
 use crate::answers::{self, Handled};
@@ -69,8 +69,9 @@ pub async fn handle(
     record: &mut Record,
 ) -> Handled {
     // RFC 9112 §3.2: an HTTP/1.1 request names its host (a second `Host` is refused with the
-    // head; an absolute-form target's authority became `Host` there).
-    if req.version() == Version::HTTP_11 && req.header(header::HOST).is_none() {
+    // head; an absolute-form target's authority became `Host` there), and so does an HTTP/2
+    // one (its `:authority` became `Host`).
+    if req.version() != Version::HTTP_10 && req.header(header::HOST).is_none() {
         return Ok(answers::bad_request("missing Host header"));
     }
     let standing = core.shared.standing();

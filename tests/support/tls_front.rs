@@ -32,7 +32,7 @@ impl TlsFront {
 
     /// A front on `addr` (a port a stopped front had, say), relaying to `backend`.
     pub fn on(addr: SocketAddr, backend: SocketAddr, cert: &Path, key: &Path) -> TlsFront {
-        let tls = ServerTls::load(cert, key).expect("the front's certificate pair loads");
+        let tls = ServerTls::load(cert, key, false).expect("the front's certificate pair loads");
         let listener = TcpListener::bind(addr).unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
