@@ -92,15 +92,20 @@ function showHealth(health, at) {
   );
   setText(byId("health-connections"), health.connections);
   setText(byId("health-uptime"), duration(health.uptimeMs));
+  // The protocols requests came by (HTTP/1.1, HTTP/2 by ALPN or h2c), those used so far.
+  const protocols = Object.entries(health.protocols || {})
+    .filter(([, total]) => total > 0)
+    .map(([protocol, total]) => {
+      const rate = perSecond(health, at, "protocols", protocol);
+      return `${protocol} ${rate === "" ? "" : `${rate}/s, `}${total} in all`;
+    });
+  setText(byId("health-protocols"), protocols.length ? protocols.join(" · ") : "none yet");
 
-  const rows = Object.entries(health.resolutions).map(([outcome, total]) => {
-    let rate = "";
-    if (lastHealth && lastHealth.health.resolutions[outcome] !== undefined) {
-      const seconds = (at - lastHealth.at) / 1000;
-      rate = seconds > 0 ? ((total - lastHealth.health.resolutions[outcome]) / seconds).toFixed(1) : "";
-    }
-    return { outcome, total, rate };
-  });
+  const rows = Object.entries(health.resolutions).map(([outcome, total]) => ({
+    outcome,
+    total,
+    rate: perSecond(health, at, "resolutions", outcome),
+  }));
   keyedRows(
     byId("resolutions").tBodies[0],
     rows,
@@ -113,6 +118,14 @@ function showHealth(health, at) {
     },
   );
   lastHealth = { health, at };
+}
+
+// The rate of the counter `health[group][name]` since the last poll ("" on the first).
+function perSecond(health, at, group, name) {
+  const before = lastHealth && lastHealth.health[group] ? lastHealth.health[group][name] : undefined;
+  const seconds = lastHealth ? (at - lastHealth.at) / 1000 : 0;
+  if (before === undefined || seconds <= 0) return "";
+  return ((health[group][name] - before) / seconds).toFixed(1);
 }
 
 async function poll() {

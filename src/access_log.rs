@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::config::AccessLogFormat;
 use crate::correlation::Correlation;
 use crate::http::{Request, Response};
-use crate::metrics::{CoreCounters, RequestKind};
+use crate::metrics::{CoreCounters, RequestKind, protocol_name};
 use crate::redis::Text;
 
 /// A core's buffer is written out once it holds this much.
@@ -195,7 +195,7 @@ impl AccessLog {
             client: client.to_string(),
             method: req.map_or("", |r| r.method().as_str()),
             path: req.map_or("", |r| r.path()),
-            protocol: req.map_or("", |r| protocol_of(r.version())),
+            protocol: req.map_or("", |r| protocol_name(r.version())),
             scheme: req.map_or("", |r| r.scheme()),
             ns: &record.ns,
             id: &record.id,
@@ -297,16 +297,6 @@ fn error_of(response: &Response) -> Option<String> {
 
 /// `key=value` pairs after the time, values quoted when they hold a space, a quote or a
 /// control byte (escaped as JSON strings are), empty fields left out.
-/// The protocol as the access log names it (nginx's `$server_protocol`).
-fn protocol_of(version: http::Version) -> &'static str {
-    match version {
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_11 => "HTTP/1.1",
-        http::Version::HTTP_2 => "HTTP/2",
-        _ => "",
-    }
-}
-
 fn text_line(line: &Line<'_>, buf: &mut Vec<u8>) {
     let _ = write!(buf, "{}", line.time);
     let mut field = |name: &str, value: &str| {

@@ -244,6 +244,7 @@ impl Handler for Core {
         let took = record.started.map_or(Duration::ZERO, |at| at.elapsed());
         self.counters()
             .answered(record.kind, response.status.as_u16(), took);
+        self.counters().served_over(req.version());
         let live = self.live();
         if let Some(log) = &live.access_log {
             // The client as `trusted_proxies` says (nginx's `real_ip`): behind a load

@@ -7,9 +7,11 @@
 mod support;
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::fleet::{Fixture, register_body};
+use support::node::eventually;
 use support::tls::https_node;
 use support::worker::TestWorker;
 
@@ -89,7 +91,13 @@ fn h2c_node(env: &[(&str, &str)]) -> (Fixture, TestWorker) {
 
 #[test]
 fn h2c_by_prior_knowledge_reaches_the_worker_with_attestation_and_epoch() {
-    let (f, worker) = h2c_node(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let log_env = log.display().to_string();
+    let (f, worker) = h2c_node(&[
+        ("PINBOARD_ACCESS_LOG", "json"),
+        ("PINBOARD_ACCESS_LOG_PATH", &log_env),
+    ]);
     let base = format!("http://{}", f.node.addr);
     let got = curl(
         &[
@@ -140,6 +148,18 @@ fn h2c_by_prior_knowledge_reaches_the_worker_with_attestation_and_epoch() {
     // HTTP/1.1 on the same listener is untouched.
     let got = curl(&["--http1.1"], &format!("{base}/threads/h2-a"));
     assert_eq!((got.version.as_str(), got.status), ("1.1", 200));
+
+    // The protocol is counted, and logged as nginx's `$server_protocol` names it.
+    let h2 = r#"pinboard_http_requests_by_protocol_total{protocol="HTTP/2"}"#;
+    assert!(f.metric(h2) >= 2.0, "{}", f.metrics());
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.contains(r#""path":"/threads/h2-a/upload","protocol":"HTTP/2","scheme":"http""#)
+        }),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
 
 #[test]

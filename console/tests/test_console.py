@@ -84,6 +84,8 @@ def test_sign_in_and_see_two_workers(console: Console, stack: Stack) -> None:
     expect(page.locator("#health-license")).to_have_text(
         "held by this node's fleet, epoch 0"
     )
+    # The console's own calls came by HTTP/1.1 (Chromium speaks no h2c).
+    expect(page.locator("#health-protocols")).to_contain_text("HTTP/1.1")
     # The resolution rates need two polls.
     expect(
         page.locator("#resolutions tbody tr[data-key=forward] td").nth(1)

@@ -190,6 +190,24 @@ impl RequestKind {
 /// Lua scripts a node may time (the store has 21).
 pub const MAX_SCRIPTS: usize = 32;
 
+/// The protocols requests come by, as the access log names them (nginx's `$server_protocol`).
+pub const PROTOCOLS: [&str; 3] = ["HTTP/1.0", "HTTP/1.1", "HTTP/2"];
+
+/// `version`'s entry in [`PROTOCOLS`] (HTTP/1.0 for anything older; no decoder of ours makes
+/// another).
+fn protocol_index(version: http::Version) -> usize {
+    match version {
+        http::Version::HTTP_11 => 1,
+        http::Version::HTTP_2 => 2,
+        _ => 0,
+    }
+}
+
+/// The protocol a request came by, as the access log and the metrics name it.
+pub fn protocol_name(version: http::Version) -> &'static str {
+    PROTOCOLS[protocol_index(version)]
+}
+
 /// Status classes, `1xx` to `5xx`: bounded labels, as RED dashboards read them.
 const CODES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -202,6 +220,8 @@ pub struct CoreCounters {
     strict_wait_failures: AtomicU64,
     /// Answers by kind and status class.
     requests: [[AtomicU64; CODES.len()]; RequestKind::ALL.len()],
+    /// Requests answered on the client listener, by protocol ([`PROTOCOLS`]).
+    protocols: [AtomicU64; PROTOCOLS.len()],
     /// From the request head read to the answer written, by kind.
     request_durations: [Histogram; RequestKind::ALL.len()],
     /// From a forward's first byte to the worker to the end of its answer relayed.
@@ -238,6 +258,11 @@ impl CoreCounters {
         let class = usize::from(status / 100).clamp(1, CODES.len()) - 1;
         self.requests[kind as usize][class].fetch_add(1, Ordering::Relaxed);
         self.request_durations[kind as usize].observe(took);
+    }
+
+    /// Counts one request answered on the client listener, by the protocol it came by.
+    pub fn served_over(&self, version: http::Version) {
+        self.protocols[protocol_index(version)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Times one call of the script at `index` (past [`MAX_SCRIPTS`], not counted).
@@ -302,6 +327,14 @@ pub fn outcomes(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u
             .sum();
         (*name, total)
     })
+}
+
+/// Every core's requests by protocol, summed: ([`PROTOCOLS`] name, count).
+pub fn protocols(cores: &[CoreCounters]) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    PROTOCOLS
+        .iter()
+        .enumerate()
+        .map(move |(i, name)| (*name, sum(cores, |c| &c.protocols[i])))
 }
 
 /// Every core's new placements, summed.
@@ -409,6 +442,8 @@ pub struct Snapshot {
     pub wakes: Vec<(&'static str, u64)>,
     /// Answers by (kind, status class).
     pub requests: Vec<(&'static str, &'static str, u64)>,
+    /// Requests on the client listener by protocol.
+    pub protocols: Vec<(&'static str, u64)>,
     /// Request durations by kind.
     pub request_durations: Vec<(&'static str, Merged)>,
     /// Forward durations.
@@ -453,6 +488,12 @@ impl Collector for Snapshot {
                 "Forwards that failed at the worker, by kind (connect, timeout, reset, invalid), and stale pooled connections a request was sent again after (stale_retry)",
                 "kind",
                 &self.upstream_errors,
+            ),
+            (
+                "pinboard_http_requests_by_protocol",
+                "Requests this node answered on its client listener, by the protocol they came by (HTTP/1.0, HTTP/1.1, HTTP/2)",
+                "protocol",
+                &self.protocols,
             ),
             (
                 "pinboard_connections_refused",
@@ -752,6 +793,7 @@ mod tests {
             swept: vec![("placement", 2), ("overwritten", 1)],
             wakes: vec![("woken", 1), ("pending", 3)],
             requests: vec![("data", "2xx", 5)],
+            protocols: vec![("HTTP/2", 4)],
             request_durations: vec![("data", Merged::default())],
             upstream_durations: Merged::default(),
             script_durations: vec![("resolve", Merged::default())],

@@ -44,6 +44,10 @@ pub async fn registry_health(core: &Core) -> Handled {
             .map(|(name, n)| (name.to_owned(), n.into()))
             .collect();
     let connections = shared.connections();
+    let protocols: serde_json::Map<String, serde_json::Value> =
+        metrics::protocols(&shared.counters)
+            .map(|(name, n)| (name.to_owned(), n.into()))
+            .collect();
     // Spec: it answers while booting or draining; with Redis away, from what the node saw
     // (and without what only Redis can say now: the windows per bucket, the license).
     let (quarantine_ms, quarantine, license) = match what_redis_says(core).await {
@@ -65,6 +69,7 @@ pub async fn registry_health(core: &Core) -> Handled {
     let mut body = serde_json::json!({
         "resolutions": resolutions,
         "connections": connections,
+        "protocols": protocols,
         "quarantineMs": quarantine_ms,
         "quarantine": quarantine,
         "uptimeMs": shared.started.elapsed().as_millis() as u64,

@@ -57,6 +57,7 @@ pub async fn scrape(core: &Core, req: &Request<'_>) -> Response {
             ("overwritten", shared.sweeps.markers.load(Ordering::Relaxed)),
         ],
         requests: metrics::requests(&shared.counters),
+        protocols: metrics::protocols(&shared.counters).collect(),
         request_durations: metrics::request_durations(&shared.counters),
         upstream_durations: metrics::upstream_durations(&shared.counters),
         script_durations: metrics::script_durations(&shared.counters, &scripts::NAMES),
