@@ -38,7 +38,7 @@ use monoio_compat::StreamWrapper;
 use tracing::debug;
 
 use crate::conn::read_into;
-use crate::head::h2_request_head;
+use crate::head::{Framing, h2_request_head};
 use crate::head_writer::{BodyFraming, HeadWriter, Unwritable};
 use crate::request::{BodyError, Request};
 use crate::response::{Response, allows_length};
@@ -208,6 +208,11 @@ async fn serve_stream<H: Handler>(
         write_timeout: site.limits.write_timeout,
     };
     let (head, framing) = match h2_request_head(head, end_stream) {
+        // A body declared empty (`content-length: 0`) is not read, whatever DATA may follow.
+        Ok((head, Framing::None)) => {
+            stream.body = Body::Done;
+            (head, Framing::None)
+        }
         Ok(head) => head,
         Err(e) => {
             debug!(peer = %site.peer, error = %e, "refusing HTTP/2 request head");
