@@ -7,7 +7,8 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -471,8 +472,25 @@ fn closed_as_idle(frames: &[Frame], end: End, took: Duration) {
 }
 
 #[test]
-fn a_header_block_left_unfinished_is_closed_by_the_idle_timeout() {
-    let t = Target::new(&[("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "1500")]);
+fn a_preface_or_header_block_left_unfinished_is_closed_by_the_timeouts() {
+    let t = Target::new(&[
+        ("PINBOARD_HTTP__IDLE_TIMEOUT_MS", "1500"),
+        ("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "1500"),
+    ]);
+    // Half the preface, then silence: neither HTTP/2 nor HTTP/1.1 yet, closed by the header
+    // timeout without a word.
+    let mut raw = TcpStream::connect(t.addr).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let start = Instant::now();
+    raw.write_all(&PREFACE[..10]).unwrap();
+    let mut answer = Vec::new();
+    let read = raw.read_to_end(&mut answer);
+    let took = start.elapsed();
+    assert!(read.is_ok(), "{read:?} after {took:?}");
+    assert!(answer.is_empty(), "{answer:?}");
+    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+
     let mut conn = Conn::open(t.addr, &[]);
     let start = Instant::now();
     // Nothing may come between a block's frames (not even a PING): silence.
