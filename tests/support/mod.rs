@@ -6,6 +6,7 @@ pub mod attest;
 pub mod certs;
 pub mod cluster;
 pub mod fleet;
+pub mod h2frames;
 pub mod http;
 pub mod node;
 pub mod process;
