@@ -105,7 +105,7 @@ impl Decoder for HeadDecoder {
 /// `Content-Length`, else none when the `HEADERS` ended the stream, else chunked towards the
 /// worker.
 #[cfg(feature = "h2")]
-pub(crate) fn h2_request_head(
+pub fn h2_request_head(
     mut head: http::request::Parts,
     end_stream: bool,
 ) -> Result<(http::request::Parts, Framing), HeadError> {
