@@ -318,12 +318,13 @@ fn target_authority_to_host(head: &mut http::request::Parts) -> Result<(), HeadE
     }
     let host = HeaderValue::from_str(authority.as_str())
         .or_else(|_| malformed("invalid target authority"))?;
-    // `http://a.example` and `http://a.example?q` ask for `/` (RFC 9112 §3.2.1).
+    // `http://a.example` and `http://a.example?q` ask for `/` (RFC 9112 §3.2.1). Decided on
+    // the target's bytes: `path()` and the display both show an empty path as `/`, which kept
+    // `?q` a target without one (issue 29's h2_frames fuzz target).
     let path = match head.uri.path_and_query() {
-        Some(pq) if pq.path().starts_with('/') => pq.clone(),
-        Some(pq) => {
-            PathAndQuery::try_from(format!("/{pq}")).or_else(|_| malformed("invalid target"))?
-        }
+        Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
+        Some(pq) => PathAndQuery::try_from(format!("/{}", pq.as_str()))
+            .or_else(|_| malformed("invalid target"))?,
         None => PathAndQuery::from_static("/"),
     };
     head.headers.insert(header::HOST, host);
@@ -469,6 +470,9 @@ mod tests {
             let hosts: Vec<_> = head.headers.get_all(header::HOST).iter().collect();
             assert_eq!(hosts, [host], "{raw:?}");
             assert_eq!(head.uri.to_string(), target, "{raw:?}");
+            // What the forward writes: the target's bytes, not its display.
+            let written = head.uri.path_and_query().map(|pq| pq.as_str());
+            assert_eq!(written, Some(target), "{raw:?}");
             assert!(head.uri.authority().is_none());
         }
         // CONNECT's authority form is the handler's to refuse.
