@@ -17,6 +17,7 @@
 //!
 //! | type | owns |
 //! |---|---|
+//! | [`h2_builder`] | the `h2` crate's server as every connection is configured |
 //! | [`serve`] | one connection: handshake, accepting streams, going away |
 //! | [`Stream`] | one stream's body in and answer out, under a [`Request`] |
 //! | [`Io`] | the transport as tokio's I/O traits, with what was read before the switch |
@@ -90,6 +91,21 @@ pub async fn sniff_preface(stream: &mut Transport, timeout: Duration) -> Sniffed
         .unwrap_or(Sniffed::Gone)
 }
 
+/// The `h2` crate's server as the node configures every connection: `max_streams` streams open
+/// at once (`http.h2_max_streams`), header lists up to `max_header_bytes`
+/// (`http.max_header_bytes`), `WINDOW` for the client's bodies and `SEND_BUFFER` of answer
+/// per stream.
+pub fn h2_builder(max_streams: u32, max_header_bytes: usize) -> Builder {
+    let mut builder = Builder::new();
+    builder
+        .max_concurrent_streams(max_streams)
+        .max_header_list_size(u32::try_from(max_header_bytes).unwrap_or(u32::MAX))
+        .initial_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .max_send_buffer_size(SEND_BUFFER);
+    builder
+}
+
 /// Serves the HTTP/2 connection `transport` (`read`: its bytes already read) until the client
 /// leaves, it errs, it stays without a stream for the idle timeout, or the core stops (then
 /// `GOAWAY`, the streams in flight finish, and it closes).
@@ -104,13 +120,7 @@ pub async fn serve<H: Handler>(
     let secure = transport.is_tls();
     let io = Io::new(transport, read, limits.write_timeout);
     let max_streams = limits.http2.max_streams;
-    let mut builder = Builder::new();
-    builder
-        .max_concurrent_streams(max_streams)
-        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
-        .initial_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
-        .max_send_buffer_size(SEND_BUFFER);
+    let builder = h2_builder(max_streams, limits.max_header_bytes);
     let handshake = monoio::time::timeout(limits.header_timeout, builder.handshake(io)).await;
     let mut conn = match handshake {
         Ok(Ok(conn)) => conn,

@@ -100,12 +100,12 @@ impl Decoder for HeadDecoder {
 /// An HTTP/2 request's head (the `h2` crate checked its frames, pseudo-headers and HPACK) made
 /// what the data plane takes from HTTP/1.1, by the same rules: `:authority` becomes `Host`
 /// (a `Host` that names another, or two, is malformed: the hostname is an identity the node
-/// routes by), the target its path and query, crumbled `Cookie` fields one field again (RFC
-/// 9113 §8.2.3: the worker speaks HTTP/1.1), and the body's framing decided once: a valid
-/// `Content-Length`, else none when the `HEADERS` ended the stream, else chunked towards the
-/// worker.
+/// routes by), the target its path and query (origin form or `*`, RFC 9113 §8.3.1), crumbled
+/// `Cookie` fields one field again (RFC 9113 §8.2.3: the worker speaks HTTP/1.1), and the
+/// body's framing decided once: a valid `Content-Length`, else none when the `HEADERS` ended
+/// the stream, else chunked towards the worker.
 #[cfg(feature = "h2")]
-pub(crate) fn h2_request_head(
+pub fn h2_request_head(
     mut head: http::request::Parts,
     end_stream: bool,
 ) -> Result<(http::request::Parts, Framing), HeadError> {
@@ -123,6 +123,12 @@ pub(crate) fn h2_request_head(
     }
     if head.headers.contains_key(header::TRANSFER_ENCODING) {
         return malformed("transfer-encoding in an HTTP/2 request");
+    }
+    // RFC 9113 §8.3.1: `:path` is origin form or `*` (a `CONNECT` has none); the `h2` crate
+    // takes any path, `?q` too, which no route reads as one.
+    let target = head.uri.path_and_query().map(|pq| pq.as_str());
+    if head.method != Method::CONNECT && !target.is_some_and(|t| t.starts_with('/') || t == "*") {
+        return malformed(":path not in origin form");
     }
     target_authority_to_host(&mut head)?;
     let mut cookies = head.headers.get_all(header::COOKIE).iter();
@@ -318,12 +324,13 @@ fn target_authority_to_host(head: &mut http::request::Parts) -> Result<(), HeadE
     }
     let host = HeaderValue::from_str(authority.as_str())
         .or_else(|_| malformed("invalid target authority"))?;
-    // `http://a.example` and `http://a.example?q` ask for `/` (RFC 9112 §3.2.1).
+    // `http://a.example` and `http://a.example?q` ask for `/` (RFC 9112 §3.2.1). Decided on
+    // the target's bytes: `path()` and the display both show an empty path as `/`, which kept
+    // `?q` a target without one (issue 29's h2_frames fuzz target).
     let path = match head.uri.path_and_query() {
-        Some(pq) if pq.path().starts_with('/') => pq.clone(),
-        Some(pq) => {
-            PathAndQuery::try_from(format!("/{pq}")).or_else(|_| malformed("invalid target"))?
-        }
+        Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
+        Some(pq) => PathAndQuery::try_from(format!("/{}", pq.as_str()))
+            .or_else(|_| malformed("invalid target"))?,
         None => PathAndQuery::from_static("/"),
     };
     head.headers.insert(header::HOST, host);
@@ -439,6 +446,35 @@ mod tests {
         }
     }
 
+    /// The targets an HTTP/2 head may have: origin form or `*` (the h2_frames fuzz target
+    /// found `?q`, which the `h2` crate lets through, taken as is). The URI is built as the
+    /// `h2` crate builds it from `:scheme`, `:authority` and `:path`.
+    #[cfg(feature = "h2")]
+    #[test]
+    fn h2_targets_are_origin_form() {
+        for (method, authority, path, target) in [
+            (Method::GET, None, "/t/x?q", Some("/t/x?q")),
+            (Method::GET, Some("a.example"), "/t/x", Some("/t/x")),
+            (Method::OPTIONS, None, "*", Some("*")),
+            (Method::GET, None, "?q", None),
+            (Method::GET, Some("a.example"), "?q", None),
+        ] {
+            let mut uri = http::uri::Parts::default();
+            if let Some(authority) = authority {
+                uri.scheme = Some(Scheme::HTTPS);
+                uri.authority = Some(authority.parse().unwrap());
+            }
+            uri.path_and_query = Some(path.parse().unwrap());
+            let request = http::Request::builder().method(method).uri(uri);
+            let (head, ()) = request.body(()).unwrap().into_parts();
+            let made = h2_request_head(head, true).ok();
+            let made = made
+                .as_ref()
+                .and_then(|(head, _)| head.uri.path_and_query());
+            assert_eq!(made.map(|pq| pq.as_str()), target, "{authority:?} {path}");
+        }
+    }
+
     /// L6 of issue 23: `GET http://evil.example/t/c42/x` was placed by its `Host` header.
     #[test]
     fn absolute_form_authority_replaces_host() {
@@ -469,6 +505,9 @@ mod tests {
             let hosts: Vec<_> = head.headers.get_all(header::HOST).iter().collect();
             assert_eq!(hosts, [host], "{raw:?}");
             assert_eq!(head.uri.to_string(), target, "{raw:?}");
+            // What the forward writes: the target's bytes, not its display.
+            let written = head.uri.path_and_query().map(|pq| pq.as_str());
+            assert_eq!(written, Some(target), "{raw:?}");
             assert!(head.uri.authority().is_none());
         }
         // CONNECT's authority form is the handler's to refuse.

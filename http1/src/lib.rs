@@ -37,6 +37,10 @@ pub use chunked::{ChunkedDecoder, Malformed, Piece};
 pub use client::{Answer, WorkerAddr, fetch};
 pub use conn::{read_into, write_all_within};
 pub use driver::{DriverKind, io_uring_runtime};
+#[cfg(feature = "h2")]
+pub use h2::h2_builder;
+#[cfg(feature = "h2")]
+pub use head::h2_request_head;
 pub use head::{
     Framing, HeadDecoder, HeadError, ResponseHeadDecoder, content_length, recycle_headers,
 };
