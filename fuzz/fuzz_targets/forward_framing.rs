@@ -18,8 +18,8 @@ use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use monoio_codec::{Decoded, Decoder};
 use pinboard::correlation::Correlation;
-use pinboard::http::{Framing, HeadDecoder};
-use pinboard::proxy::{BodyFraming, Forwarded, request_head};
+use pinboard::http::{BodyFraming, Framing, HeadDecoder};
+use pinboard::proxy::{Forwarded, request_head};
 
 fuzz_target!(|data: &[u8]| {
     let [cap, wire @ ..] = data else {

@@ -469,10 +469,10 @@ impl Request<'_> {
     /// Protocols`; the handler then answers [`super::Response::relayed`] with `close`. `None`
     /// on HTTP/2, which switches no protocol (its requests are never upgrades).
     pub fn upgraded(&mut self) -> Option<Upgraded<'_>> {
-        let h1 = match &mut self.wire {
-            Wire::H1(h1) => h1,
-            #[cfg(feature = "h2")]
-            Wire::H2(_) => return None,
+        // Without the `h2` feature HTTP/1.1 is the only wire, and the pattern always matches.
+        #[allow(irrefutable_let_patterns)]
+        let Wire::H1(h1) = &mut self.wire else {
+            return None;
         };
         // Whatever the handler answers, the server loop must not read another request off
         // this connection: what follows the switch is not HTTP.
