@@ -178,21 +178,7 @@ impl<'a> HeadWriter<'a> {
                 dst.put_slice(b"\r\n");
                 clean
             }
-            Target::Fields(fields) => {
-                let mut bytes = BytesMut::new();
-                value(&mut bytes);
-                // `HeaderValue` refuses the same bytes (controls but HTAB); the name was checked.
-                match (
-                    HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_maybe_shared(bytes.freeze()),
-                ) {
-                    (Ok(name), Ok(value)) if !holds_control(value.as_bytes()) => {
-                        fields.append(name, value);
-                        true
-                    }
-                    _ => false,
-                }
-            }
+            Target::Fields(fields) => append_field(fields, name, value),
         };
         if clean {
             Ok(())
@@ -209,6 +195,26 @@ impl<'a> HeadWriter<'a> {
         }
         let first = self.refused.get_or_insert(refused);
         Err(first.clone())
+    }
+}
+
+/// Appends `name` and the value `value` writes to an HTTP/2 answer's fields; false when the
+/// value holds a byte no field may. Out of line: the HTTP/1.1 path through
+/// [`HeadWriter::checked`], every field of every forward, stays small enough to inline.
+#[inline(never)]
+fn append_field(fields: &mut HeaderMap, name: &str, value: impl FnOnce(&mut BytesMut)) -> bool {
+    let mut bytes = BytesMut::new();
+    value(&mut bytes);
+    // `HeaderValue` refuses the same bytes (controls but HTAB); the name was checked.
+    match (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_maybe_shared(bytes.freeze()),
+    ) {
+        (Ok(name), Ok(value)) if !holds_control(value.as_bytes()) => {
+            fields.append(name, value);
+            true
+        }
+        _ => false,
     }
 }
 
