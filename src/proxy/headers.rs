@@ -192,20 +192,6 @@ mod tests {
     use super::*;
     use crate::http::{Persistence, answer_head};
 
-    /// The relayed answer's head as an HTTP/1.1 client gets it (`Request::start_answer`'s way).
-    fn response_head(
-        status: StatusCode,
-        headers: &HeaderMap,
-        framing: BodyFraming,
-        persistence: Persistence,
-        request_id: &str,
-        dst: &mut BytesMut,
-    ) -> Result<(), Unwritable> {
-        answer_head(dst, status, framing, persistence, |fields| {
-            response_fields(status, headers, request_id, fields)
-        })
-    }
-
     /// A forward from 127.0.0.9, an untrusted peer, over plain HTTP.
     fn plain<'a>(correlation: &'a Correlation, epoch: &'a str, drop: bool) -> Forwarded<'a> {
         Forwarded {
@@ -438,8 +424,10 @@ mod tests {
         }
         let upstream = headers(&[("x-ok", "1")]);
         let mut out = BytesMut::from(&b"before"[..]);
-        let (none, implicit) = (BodyFraming::None, Persistence::Implicit);
-        let written = response_head(StatusCode::OK, &upstream, none, implicit, "a\rb", &mut out);
+        let (ok, none, implicit) = (StatusCode::OK, BodyFraming::None, Persistence::Implicit);
+        let written = answer_head(&mut out, ok, none, implicit, |fields| {
+            response_fields(ok, &upstream, "a\rb", fields)
+        });
         assert!(written.is_err());
         assert_eq!(&out[..], b"before");
     }
@@ -472,14 +460,10 @@ mod tests {
             ("x-request-id", "the worker's own"),
         ]);
         let mut out = BytesMut::new();
-        response_head(
-            StatusCode::OK,
-            &upstream,
-            BodyFraming::Chunked,
-            Persistence::Implicit,
-            "req-1",
-            &mut out,
-        )
+        let (ok, chunked) = (StatusCode::OK, BodyFraming::Chunked);
+        answer_head(&mut out, ok, chunked, Persistence::Implicit, |fields| {
+            response_fields(ok, &upstream, "req-1", fields)
+        })
         .unwrap();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
