@@ -77,7 +77,6 @@ impl Settings {
             max_header_bytes: http.max_header_bytes,
             write_timeout: Duration::from_millis(http.write_timeout_ms),
             http2: Http2 {
-                tls: http.h2,
                 cleartext: http.h2c,
                 max_streams: http.h2_max_streams,
             },

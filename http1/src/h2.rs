@@ -42,7 +42,7 @@ use crate::conn::read_into;
 use crate::head::{Framing, h2_request_head};
 use crate::head_writer::{BodyFraming, HeadWriter, Unwritable};
 use crate::request::{BodyError, Request};
-use crate::response::{Response, allows_length};
+use crate::response::Response;
 use crate::server::{DRAIN_QUIET, Handler, Limits, answer};
 use crate::shutdown::Shutdown;
 use crate::transport::Transport;
@@ -203,9 +203,12 @@ async fn serve_stream<H: Handler>(
     site: &Site<'_, H>,
 ) {
     let (head, recv) = request.into_parts();
-    let end_stream = recv.is_end_stream();
+    let judged = h2_request_head(head, recv.is_end_stream());
+    // The body is read as the head's framing says: a body declared empty (`content-length: 0`,
+    // or `HEADERS` that ended the stream) is not, whatever DATA may follow.
+    let declared = matches!(judged, Ok((_, Framing::Length(_) | Framing::Chunked)));
     let mut stream = Stream {
-        body: if end_stream { Body::Done } else { Body::Open },
+        body: if declared { Body::Open } else { Body::Done },
         recv,
         respond,
         send: None,
@@ -217,12 +220,7 @@ async fn serve_stream<H: Handler>(
         secure: site.secure,
         write_timeout: site.limits.write_timeout,
     };
-    let (head, framing) = match h2_request_head(head, end_stream) {
-        // A body declared empty (`content-length: 0`) is not read, whatever DATA may follow.
-        Ok((head, Framing::None)) => {
-            stream.body = Body::Done;
-            (head, Framing::None)
-        }
+    let (head, framing) = match judged {
         Ok(head) => head,
         Err(e) => {
             debug!(peer = %site.peer, error = %e, "refusing HTTP/2 request head");
@@ -356,13 +354,7 @@ impl Stream {
     /// A whole answer of the node's own: its fields, `Date`, the length, and the body
     /// (announced but not sent to `HEAD`).
     pub(crate) fn answer_whole(&mut self, response: &Response, head_request: bool) {
-        let with_body = allows_length(response.status);
-        let framing = if with_body {
-            BodyFraming::Length(response.body.len() as u64)
-        } else {
-            BodyFraming::None
-        };
-        let written = self.start_answer(response.status, framing, |head| {
+        let written = self.start_answer(response.status, response.framing(), |head| {
             for (name, value) in &response.headers {
                 head.field(name, value.as_bytes())?;
             }
@@ -373,8 +365,8 @@ impl Stream {
             // bug, and the stream is reset rather than answered wrongly.
             return;
         }
-        if with_body && !head_request {
-            self.answer_data(response.body.clone());
+        if let Some(body) = response.body_sent(head_request) {
+            self.answer_data(body.clone());
         }
         self.end_answer();
     }

@@ -92,6 +92,9 @@ struct H1<'c> {
     keep_alive: bool,
     /// The connection's bytes written or queued when this request began.
     sent_before: u64,
+    /// How the answer [`Request::start_answer`] began delimits its body: what its pieces and
+    /// its end are framed by.
+    answering: BodyFraming,
 }
 
 impl<'c> Request<'c> {
@@ -121,6 +124,7 @@ impl<'c> Request<'c> {
             conn,
             body,
             expect_continue,
+            answering: BodyFraming::None,
         };
         Request {
             head,
@@ -187,21 +191,25 @@ impl<'c> Request<'c> {
         fields: impl FnOnce(&mut HeadWriter<'_>) -> Result<(), Unwritable>,
     ) -> Result<(), Unwritable> {
         match &mut self.wire {
-            Wire::H1(h1) => answer_head(&mut h1.conn.out, status, framing, persistence, fields),
+            Wire::H1(h1) => {
+                answer_head(&mut h1.conn.out, status, framing, persistence, fields)?;
+                h1.answering = framing;
+                Ok(())
+            }
             #[cfg(feature = "h2")]
             Wire::H2(stream) => stream.start_answer(status, framing, fields),
         }
     }
 
     /// Queues a piece of the answer's body (chunk-framed when the head said chunked).
-    pub fn answer_data(&mut self, framing: BodyFraming, data: Bytes) {
+    pub fn answer_data(&mut self, data: Bytes) {
         if data.is_empty() {
             return;
         }
         match &mut self.wire {
             Wire::H1(h1) => {
                 let out = &mut h1.conn.out;
-                if framing == BodyFraming::Chunked {
+                if h1.answering == BodyFraming::Chunked {
                     let _ = write!(out.writer(), "{:x}\r\n", data.len());
                     out.put_slice(&data);
                     out.put_slice(b"\r\n");
@@ -217,10 +225,10 @@ impl<'c> Request<'c> {
     /// Queues the end of the answer's body (the last chunk, when the head said chunked; an
     /// HTTP/2 `END_STREAM`). An answer never ended is one cut short: HTTP/1.1 closes the
     /// connection under it, HTTP/2 resets the stream.
-    pub fn end_answer(&mut self, framing: BodyFraming) {
+    pub fn end_answer(&mut self) {
         match &mut self.wire {
             Wire::H1(h1) => {
-                if framing == BodyFraming::Chunked {
+                if h1.answering == BodyFraming::Chunked {
                     h1.conn.out.put_slice(b"0\r\n\r\n");
                 }
             }
@@ -392,12 +400,6 @@ impl<'c> Request<'c> {
                 Err(_) => return false,
             }
         }
-    }
-
-    /// Whether body bytes may still be arriving (a response that closes the connection should
-    /// then linger so the client sees it rather than a reset).
-    pub(super) fn body_unread(&self) -> bool {
-        self.has_body()
     }
 }
 

@@ -10,6 +10,8 @@ use std::io::Write;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use crate::head_writer::BodyFraming;
+
 pub struct Response {
     pub status: StatusCode,
     pub headers: Vec<(HeaderName, HeaderValue)>,
@@ -98,15 +100,30 @@ impl Response {
             dst.put_slice(value.as_bytes());
             dst.put_slice(b"\r\n");
         }
-        if allows_length(self.status) {
+        if let BodyFraming::Length(n) = self.framing() {
             // Formatting into BytesMut cannot fail.
-            let _ = write!(dst.writer(), "content-length: {}\r\n", self.body.len());
+            let _ = write!(dst.writer(), "content-length: {n}\r\n");
         }
         connection.encode(dst);
         dst.put_slice(b"\r\n");
-        if !head_request && allows_length(self.status) {
-            dst.put_slice(&self.body);
+        if let Some(body) = self.body_sent(head_request) {
+            dst.put_slice(body);
         }
+    }
+
+    /// How the answer delimits its body: its length, unless its status allows none.
+    pub(crate) fn framing(&self) -> BodyFraming {
+        if allows_length(self.status) {
+            BodyFraming::Length(self.body.len() as u64)
+        } else {
+            BodyFraming::None
+        }
+    }
+
+    /// The body that follows the head: none for a status without one, nor to `HEAD` (whose
+    /// answer announces the length only).
+    pub(crate) fn body_sent(&self, head_request: bool) -> Option<&Bytes> {
+        (!head_request && allows_length(self.status)).then_some(&self.body)
     }
 }
 

@@ -40,11 +40,10 @@ pub struct Limits {
     pub http2: Http2,
 }
 
-/// HTTP/2 to clients (served with the `h2` feature; without it, never).
+/// HTTP/2 to clients (served with the `h2` feature; without it, never). Over TLS the
+/// listener's ALPN decides (`tls::ServerTls::load`'s `h2`), not this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Http2 {
-    /// Offered by ALPN (`h2`) on a TLS connection.
-    pub tls: bool,
     /// Taken by prior knowledge (h2c: a connection that starts with HTTP/2's preface) on a
     /// plain one.
     pub cleartext: bool,
@@ -55,7 +54,6 @@ pub struct Http2 {
 impl Http2 {
     /// HTTP/1.1 only (a worker behind the node).
     pub const OFF: Http2 = Http2 {
-        tls: false,
         cleartext: false,
         max_streams: 128,
     };
@@ -265,7 +263,9 @@ async fn serve_http1<H: Handler>(
         let mut note = H::Note::default();
         let response = answer(handler, &mut req, &mut note).await;
         let reusable = req.finish().await;
-        let unread = req.body_unread();
+        // Body bytes may still be arriving: a close then lingers, so the client reads the
+        // answer rather than a reset.
+        let unread = req.has_body();
         // A relayed head said whether the connection is kept ([`Request::keep_alive`] when it
         // was written), and the server keeps its word: the stop may have begun since.
         let close = response.close || !reusable || (!response.is_relayed() && !req.keep_alive());

@@ -306,7 +306,7 @@ impl<'r, 'a> Body<'r, 'a> {
         match self.stream.as_deref_mut() {
             Some(req) if self.bytes.len() >= CHUNK => {
                 let chunk = Bytes::copy_from_slice(&self.bytes);
-                req.answer_data(BodyFraming::Chunked, chunk);
+                req.answer_data(chunk);
                 self.bytes.clear();
                 self.gone = !req.flush().await;
             }
@@ -322,8 +322,8 @@ impl<'r, 'a> Body<'r, 'a> {
         };
         let mut gone = self.gone;
         if !gone {
-            req.answer_data(BodyFraming::Chunked, self.bytes.into());
-            req.end_answer(BodyFraming::Chunked);
+            req.answer_data(self.bytes.into());
+            req.end_answer();
             gone = !req.flush().await;
         }
         Response::relayed(StatusCode::OK, self.close || gone)

@@ -488,9 +488,9 @@ async fn relay(
     // values no longer hold that buffer, so it is reused in place.
     recycle_headers(head.headers);
 
-    let copied = copy_body(req, &mut upstream, from, to, timeout).await;
+    let copied = copy_body(req, &mut upstream, from, timeout).await;
     if copied.is_ok() {
-        req.end_answer(to);
+        req.end_answer();
     }
     let flushed = req.flush().await;
     match copied {
@@ -769,12 +769,12 @@ async fn pipe<R: AsyncReadRent, W: AsyncWriteRent>(
     }
 }
 
-/// Streams the worker's body to the client, re-framed from `from` to `to`.
+/// Streams the worker's body (delimited by `from`) to the client, re-framed as the answer's
+/// head said.
 async fn copy_body(
     req: &mut Request<'_>,
     upstream: &mut Upstream,
     from: BodyFraming,
-    to: BodyFraming,
     timeout: Duration,
 ) -> Result<(), ()> {
     let mut remaining = match from {
@@ -803,7 +803,7 @@ async fn copy_body(
             }
         };
         if let Some(data) = piece {
-            req.answer_data(to, data);
+            req.answer_data(data);
             if !req.flush().await {
                 return Err(());
             }
