@@ -53,6 +53,9 @@ pub struct Shared {
     pub tls: NodeTls,
     /// Connections per client address (`limits.max_connections_per_ip`).
     pub client_connections: Arc<ConnectionTable>,
+    /// Per core: whether its Redis client had a connection when it last looked (see
+    /// [`Core::watch_redis`]); each written by its core, read by every core's `/readyz`.
+    pub redis_reached: Box<[AtomicBool]>,
 }
 
 /// The node's TLS: its listener's certificate pair when it serves HTTPS, the trust its
@@ -118,6 +121,9 @@ impl Shared {
                 .map(|_| CoreCounters::default())
                 .collect(),
             client_connections: ConnectionTable::new(config.limits.max_connections_per_ip),
+            redis_reached: (0..config.cores())
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             config,
             settings: LiveSettings::new(settings),
             config_file,
@@ -167,6 +173,12 @@ impl Shared {
 
     pub fn is_serving(&self) -> bool {
         self.standing() == Standing::Serving
+    }
+
+    /// Whether every core but `except` reached Redis when it last looked.
+    pub fn other_cores_reach_redis(&self, except: usize) -> bool {
+        (self.redis_reached.iter().enumerate())
+            .all(|(core, reached)| core == except || reached.load(Ordering::Relaxed))
     }
 }
 
@@ -280,5 +292,20 @@ impl Core {
 
     pub fn counters(&self) -> &CoreCounters {
         &self.shared.counters[self.index]
+    }
+
+    /// Until `stop`: every `every`, whether this core's Redis client has a connection, for
+    /// the other cores' `/readyz` (a node with one core cut off from Redis is not ready: the
+    /// requests that core accepts would be answered 503).
+    pub async fn watch_redis(&self, every: Duration, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let reached = self.store.redis.reaches_redis();
+            self.shared.redis_reached[self.index].store(reached, Ordering::Relaxed);
+            monoio::select! {
+                _ = &mut stop => return,
+                _ = monoio::time::sleep(every) => {}
+            }
+        }
     }
 }

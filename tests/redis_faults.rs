@@ -223,3 +223,85 @@ fn redis_away_past_a_lease_says_registry_unavailable_until_it_is_back() {
             && get(f.node.addr, "/threads/p", None).status == 200
     }));
 }
+
+/// One Redis connection kept open by the test, asked with inline commands: it stays usable
+/// while `maxclients` turns every new connection away.
+struct Held(std::io::BufReader<std::net::TcpStream>);
+
+impl Held {
+    fn open(redis: &RedisServer) -> Held {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", redis.port())).unwrap();
+        Held(std::io::BufReader::new(stream))
+    }
+
+    /// The reply to `command`: a status or error line, an integer, or a bulk string's text.
+    fn ask(&mut self, command: &str) -> String {
+        use std::io::{BufRead, Read, Write};
+        write!(self.0.get_mut(), "{command}\r\n").unwrap();
+        let mut line = String::new();
+        self.0.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        let Some(len) = line.strip_prefix('$') else {
+            return line[1..].to_owned();
+        };
+        let mut bulk = vec![0; len.parse::<usize>().unwrap() + 2];
+        self.0.read_exact(&mut bulk).unwrap();
+        String::from_utf8_lossy(&bulk[..bulk.len() - 2]).into_owned()
+    }
+}
+
+#[test]
+fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() {
+    let redis = RedisServer::start();
+    let f = Fixture::on(redis, &[("PINBOARD_THREADS", "2")]);
+    f.warm();
+    let worker = TestWorker::start("w");
+    f.registered(&worker, "w1");
+    f.node.wait_until_ready();
+
+    // One core's connection dropped, and no room for it to come back: Redis takes no more
+    // clients than it has now.
+    let mut held = Held::open(&f.redis);
+    let own = held.ask("CLIENT ID");
+    let theirs: Vec<String> = held
+        .ask("CLIENT LIST")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.strip_prefix("id="))
+        .filter(|id| *id != own)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(theirs.len(), 2, "one connection per core");
+    assert_eq!(
+        held.ask(&format!("CONFIG SET maxclients {}", theirs.len())),
+        "OK"
+    );
+    assert_eq!(held.ask(&format!("CLIENT KILL ID {}", theirs[0])), "1");
+    f.node.logs("redis connection lost");
+
+    // Whichever core a probe reaches, the node is not ready (the one still connected used to
+    // say 200 for it), while that core serves what it accepts and the other answers the
+    // spec's 503.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            (0..12).all(|_| get(f.node.addr, "/readyz", None).status == 503)
+        }),
+        "{}",
+        f.node.log()
+    );
+    let statuses: Vec<u16> = (0..24)
+        .map(|i| {
+            let r = get(f.node.addr, &format!("/threads/c{i}"), None);
+            assert!(acceptable(r.status, &r.text(), r.header("retry-after")));
+            r.status
+        })
+        .collect();
+    assert!(statuses.contains(&200), "{statuses:?}");
+
+    // Room again: the core reconnects by itself, and the node is ready and serves on every core.
+    assert_eq!(held.ask("CONFIG SET maxclients 10000"), "OK");
+    f.node.wait_until_ready();
+    for i in 0..12 {
+        let r = get(f.node.addr, &format!("/threads/c{i}"), None);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());
+    }
+}

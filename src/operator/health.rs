@@ -20,11 +20,13 @@ pub fn healthz() -> Response {
     Response::json(StatusCode::OK, Bytes::from_static(b"{\"ok\":true}"))
 }
 
-/// 200 with an empty body while the node is not stopping, is the serving fleet, and its core's
-/// Redis runs scripts; 503 otherwise. Asked per core, so a core whose connection is down
-/// reports itself.
+/// 200 with an empty body while the node is not stopping, is the serving fleet, the answering
+/// core's Redis runs scripts and every other core had a Redis connection when it last looked
+/// ([`Core::watch_redis`]); 503 otherwise. Whichever core a probe reaches, it says the same
+/// of the node: one core still reconnecting would answer its share of requests 503.
 pub async fn readyz(core: &Core) -> Response {
-    if core.shared.is_stopping() || !core.shared.is_serving() {
+    let shared = &core.shared;
+    if shared.is_stopping() || !shared.is_serving() || !shared.other_cores_reach_redis(core.index) {
         return Response::empty(StatusCode::SERVICE_UNAVAILABLE);
     }
     match core.store.redis.evalsha(&READY, &[], &[]).await {

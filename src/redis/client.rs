@@ -154,6 +154,15 @@ impl Redis {
         }
     }
 
+    /// Whether a command without a key would be sent now: single server, the connection is
+    /// up; cluster, some master is connected (a partial outage answers for its slots alone).
+    pub fn reaches_redis(&self) -> bool {
+        match &*self.backend {
+            Backend::Single { node, .. } => node.is_connected(),
+            Backend::Cluster(cluster) => cluster.reaches_any(),
+        }
+    }
+
     /// Runs one command, e.g. `cmd(&[b"SET", key, value])`.
     pub async fn cmd(&self, args: &[&[u8]]) -> Result<Reply, RedisError> {
         self.dispatch(routing_key(args), &[args]).await.0

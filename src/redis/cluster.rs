@@ -143,6 +143,16 @@ impl Cluster {
         self.shared.map.borrow().is_connected()
     }
 
+    /// Whether some master is connected: a command without a key has somewhere to go.
+    pub(crate) fn reaches_any(&self) -> bool {
+        self.shared
+            .map
+            .borrow()
+            .nodes
+            .iter()
+            .any(|n| n.is_connected())
+    }
+
     /// Sends the command to the master of `key`'s slot (any connected master for `None`),
     /// following redirects. Also returns the node that gave the final answer.
     pub(crate) async fn request(

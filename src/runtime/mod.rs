@@ -364,6 +364,10 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
             shutdown.fire();
         }
     });
+    monoio::spawn({
+        let (core, shutdown) = (core.clone(), shutdown.clone());
+        async move { core.watch_redis(STOP_POLL, shutdown.fired()).await }
+    });
     // The fleet claim, the mirror poll and the sweeper: the first core.
     let sweeper = (index == 0).then(|| {
         monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
