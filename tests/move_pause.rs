@@ -700,6 +700,8 @@ fn a_pause_outlives_its_owners_death_and_the_sweeper() {
     assert_eq!(exact[0]["sessionId"], Value::Null);
     assert_eq!(exact[0]["paused"]["reason"], "hold");
 
+    // The heir's lease is a second: kept alive past the waits above, however slow the box.
+    assert_eq!(f.heartbeat(&heir, &alive, json!({})).status, 200);
     resume(&f, "p1");
     assert_eq!(f.row("/threads", "p1"), None);
     assert_eq!(get(f.node.addr, "/threads/p1/x", None).status, 200);
