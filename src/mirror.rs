@@ -5,7 +5,6 @@
 //! reads it. `/metrics` takes the view while it is at most [`MEMO`] old and reads a fresh one
 //! itself otherwise (Redis away: `500 metrics collection failed`).
 
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,10 +12,11 @@ use futures_util::future::join_all;
 use tracing::{info, warn};
 
 use crate::clock::now_ms;
+use crate::config::Config;
 use crate::error::Error;
+use crate::fleet::{Standing, StandingFlag};
 use crate::http::Shutdown;
 use crate::metrics::FleetView;
-use crate::node::Core;
 use crate::store::Store;
 
 /// How long `/metrics` serves one view.
@@ -102,14 +102,19 @@ impl FleetView {
 /// is the serving fleet: a node that is not may disagree with the fleet on what a bucket is
 /// (and, at start, its Redis connection is still being made: a poll then could only fail).
 /// Run by one core per node.
-pub async fn keep_polling(core: Rc<Core>, shutdown: Shutdown) {
-    let config = &core.shared.config;
+pub async fn keep_polling(
+    store: &Store,
+    config: &Config,
+    standing: &StandingFlag,
+    mirror: &Mirror,
+    shutdown: Shutdown,
+) {
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
     let mut failing = false;
     while !shutdown.is_fired() {
         // Not serving: looked at again soon, to poll soon after the first claim.
-        let wait = if core.shared.is_serving() {
-            failing = poll(&core, failing).await;
+        let wait = if standing.get() == Standing::Serving {
+            failing = poll(store, config.hostname_aware, mirror, failing).await;
             every
         } else {
             every.min(Duration::from_millis(100))
@@ -123,10 +128,10 @@ pub async fn keep_polling(core: Rc<Core>, shutdown: Shutdown) {
 
 /// One poll: prune, then read the view. Whether it failed; a failure is said once until a
 /// poll succeeds again (`failing`: the last one failed).
-async fn poll(core: &Core, failing: bool) -> bool {
+async fn poll(store: &Store, hostname_aware: bool, mirror: &Mirror, failing: bool) -> bool {
     let polled = async {
-        let pruned = core.store.prune().await?;
-        let view = FleetView::read(&core.store, core.shared.config.hostname_aware).await?;
+        let pruned = store.prune().await?;
+        let view = FleetView::read(store, hostname_aware).await?;
         Ok::<_, Error>((pruned, view))
     };
     match polled.await {
@@ -134,7 +139,7 @@ async fn poll(core: &Core, failing: bool) -> bool {
             if pruned > 0 {
                 info!(records = pruned, "mirror poll pruned dead worker records");
             }
-            core.shared.mirror.set(view);
+            mirror.set(view);
             false
         }
         Err(e) => {

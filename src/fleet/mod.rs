@@ -14,7 +14,6 @@
 //! placement is read, and differ only in what they tell the client and the log. `/readyz` is
 //! 503 in both; `/registry/health` answers in all three.
 
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,8 +23,8 @@ use crate::answers::{self, Fail};
 use crate::config::Config;
 use crate::error::{Error, Origin};
 use crate::http::Shutdown;
-use crate::node::Core;
 use crate::redis::RedisError;
+use crate::store::Store;
 use crate::store::scripts::FLEET;
 
 /// Whether this node may serve, and if not, why.
@@ -94,13 +93,16 @@ pub fn license(config: &Config) -> String {
     )
 }
 
-/// Claims the license and membership until the core shuts down, keeping the node's serving
-/// flag current. Run by one core per node.
-pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
-    let config = &core.shared.config;
+/// Claims the license and membership over `store` until `shutdown`, keeping `standing_flag` (the
+/// node's serving flag) current. Run by one core per node.
+pub async fn keep_claiming(
+    store: &Store,
+    config: &Config,
+    standing_flag: &StandingFlag,
+    shutdown: Shutdown,
+) {
     let license = license(config);
     let epoch = config.fleet_epoch.to_string();
-    let store = &core.store;
     let every = Duration::from_millis((config.lease_ttl_ms / 3).max(100));
     let lease = Duration::from_millis(config.lease_ttl_ms);
     let mut failures = Failures::default();
@@ -164,7 +166,7 @@ pub async fn keep_claiming(core: Rc<Core>, shutdown: Shutdown) {
         if reply.is_ok() {
             failures.succeeded();
         }
-        core.shared.standing.set(standing);
+        standing_flag.set(standing);
         // Said once a change; a node still connecting at start is not worth a warning.
         if said != Some(standing) && !(standing == Standing::RedisAway && failures.booting()) {
             match (standing, &reply) {

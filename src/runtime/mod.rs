@@ -30,6 +30,7 @@ use crate::config::DriverKind;
 use crate::error::{Error, Origin};
 use crate::http::serve_connection;
 use crate::node::{Core, Shared};
+use crate::{fleet, mirror};
 use reload::Reloads;
 use upgrade::{Handed, Sockets, TakenOver};
 
@@ -370,8 +371,21 @@ async fn core_main(index: usize, listening: Listening, shared: Arc<Shared>) -> R
     });
     // The fleet claim, the mirror poll and the sweeper: the first core.
     let sweeper = (index == 0).then(|| {
-        monoio::spawn(crate::fleet::keep_claiming(core.clone(), shutdown.clone()));
-        monoio::spawn(crate::mirror::keep_polling(core.clone(), shutdown.clone()));
+        monoio::spawn({
+            let (core, shutdown) = (core.clone(), shutdown.clone());
+            async move {
+                let shared = &core.shared;
+                fleet::keep_claiming(&core.store, &shared.config, &shared.standing, shutdown).await
+            }
+        });
+        monoio::spawn({
+            let (core, shutdown) = (core.clone(), shutdown.clone());
+            async move {
+                let shared = &core.shared;
+                let (config, standing) = (&shared.config, &shared.standing);
+                mirror::keep_polling(&core.store, config, standing, &shared.mirror, shutdown).await
+            }
+        });
         monoio::spawn(crate::sweeper::keep_sweeping(
             core.clone(),
             shutdown.clone(),
