@@ -24,11 +24,11 @@ use local_sync::oneshot;
 use redis_protocol::redis_keyslot;
 use tracing::{debug, info, warn};
 
-use super::client::RedisOptions;
 use super::failover::Failovers;
 use super::login::Login;
 use super::node::{Backoff, Node, OnFailover};
 use super::notify::Notify;
+use super::options::RedisOptions;
 use super::target::parse_endpoint;
 use super::{Endpoint, RedisError, Reply};
 

@@ -20,8 +20,8 @@ use std::time::Duration;
 use pinboard_http::Transport;
 use pinboard_http::tls::{ClientTls, tls_failure};
 
-use super::client::RedisOptions;
 use super::connection::{Connection, Decimal};
+use super::options::RedisOptions;
 use super::{AUTH_REFUSALS, Credentials, Endpoint, RedisError, RedisTarget};
 
 /// How to open every (re)connect, and what to send on it before it is used.

@@ -17,6 +17,7 @@ mod failover;
 mod login;
 mod node;
 mod notify;
+mod options;
 mod script;
 mod slots;
 mod target;
@@ -29,11 +30,12 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Origin};
 
-pub use client::{Redis, RedisOptions};
+pub use client::Redis;
 pub use failover::FailedOver;
 // Public so the benches and the allocation test measure the encoder the client sends with.
 pub use connection::{decode_reply, encode_command};
 pub use login::{LoginError, check_login};
+pub use options::RedisOptions;
 pub use script::Script;
 pub use target::{Credentials, Endpoint, RedisTarget};
 

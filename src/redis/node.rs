@@ -23,11 +23,11 @@ use local_sync::oneshot;
 use monoio::io::AsyncWriteRentExt;
 use tracing::{debug, info, warn};
 
-use super::client::RedisOptions;
 use super::connection::{Connection, ReadHalf, WriteHalf, encode_command};
 use super::failover::{Identity, server_time_ms};
 use super::login::Login;
 use super::notify::Notify;
+use super::options::RedisOptions;
 use super::slots::ReplySlots;
 use super::{Endpoint, RedisError, Reply};
 

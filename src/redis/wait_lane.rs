@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use local_sync::oneshot;
 
-use super::client::RedisOptions;
 use super::connection::Decimal;
 use super::login::Login;
 use super::node::Node;
+use super::options::RedisOptions;
 use super::{Endpoint, RedisError};
 
 /// The channel of the `PUBLISH` each `WAIT` follows.
