@@ -242,7 +242,7 @@ async fn serve_stream<H: Handler>(
     let mut note = H::Note::default();
     let response = answer(site.handler, &mut req, &mut note).await;
     if !response.is_relayed() {
-        req.answer_whole(&response, crate::response::Persistence::Implicit);
+        req.answer_whole(&response, crate::head_writer::Persistence::Implicit);
     }
     req.flush().await;
     site.handler

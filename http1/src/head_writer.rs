@@ -2,7 +2,8 @@
 //! field is written towards a worker (the node's forwards, its registration and heartbeat
 //! probes, `_wake` and `_pinned/stats` calls, a worker's calls to its registry) and a relayed
 //! answer's fields towards a client (as HTTP/1.1 bytes, or an HTTP/2 answer's field map), with
-//! how its body is delimited ([`BodyFraming`]).
+//! how its body is delimited ([`BodyFraming`]), and the status line and `Connection` field
+//! ([`Persistence`]) every HTTP/1.1 answer starts and ends its head with.
 //!
 //! A value comes from anywhere: a registration's `secret`, a client's header, a worker's
 //! answer, an epoch. Written raw, one holding CR or LF ends the head early and starts another
@@ -18,7 +19,6 @@ use bytes::{BufMut, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
 use crate::head::Framing;
-use crate::response::{Persistence, encode_status_line};
 
 /// A request line or header field that would not be one line of one head.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -300,6 +300,44 @@ pub(crate) fn holds_control(value: &[u8]) -> bool {
 
 fn is_control(b: u8) -> bool {
     (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+/// What the `Connection` header of a response says about the connection after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// HTTP/1.1's default: the connection stays open, nothing to say.
+    Implicit,
+    /// An HTTP/1.0 client that asked for keep-alive must hear it confirmed.
+    KeepAlive,
+    Close,
+}
+
+impl Persistence {
+    pub fn encode(self, dst: &mut BytesMut) {
+        if let Some(value) = self.value() {
+            dst.put_slice(b"connection: ");
+            dst.put_slice(value.as_bytes());
+            dst.put_slice(b"\r\n");
+        }
+    }
+
+    /// The `Connection` value that says it, if one must be sent.
+    pub fn value(self) -> Option<&'static str> {
+        match self {
+            Persistence::Implicit => None,
+            Persistence::KeepAlive => Some("keep-alive"),
+            Persistence::Close => Some("close"),
+        }
+    }
+}
+
+/// Writes `HTTP/1.1 {status} {reason}` and its CRLF.
+pub fn encode_status_line(status: StatusCode, dst: &mut BytesMut) {
+    dst.put_slice(b"HTTP/1.1 ");
+    dst.put_slice(status.as_str().as_bytes());
+    dst.put_u8(b' ');
+    dst.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    dst.put_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -44,13 +44,15 @@ pub use head::h2_request_head;
 pub use head::{
     Framing, HeadDecoder, HeadError, ResponseHeadDecoder, content_length, recycle_headers,
 };
-pub use head_writer::{BodyFraming, HeadWriter, Unwritable, answer_head, is_token};
+pub use head_writer::{
+    BodyFraming, HeadWriter, Persistence, Unwritable, answer_head, encode_status_line, is_token,
+};
 pub use json::read_json;
 pub use listening::Listening;
 pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded};
+pub use response::Response;
 pub use response::date::value as current_date;
-pub use response::{Persistence, Response, encode_status_line};
 pub use server::{Handler, Http2, Limits, serve_connection};
 pub use shutdown::{Parting, Shutdown};
 pub use transport::Transport;

@@ -18,8 +18,8 @@ use monoio::io::{OwnedReadHalf, OwnedWriteHalf};
 use super::chunked::{ChunkedDecoder, Piece};
 use super::conn::{Conn, read_into};
 use super::head::Framing;
-use super::head_writer::{BodyFraming, HeadWriter, Unwritable, answer_head};
-use super::response::{Persistence, Response};
+use super::head_writer::{BodyFraming, HeadWriter, Persistence, Unwritable, answer_head};
+use super::response::Response;
 use super::shutdown::Shutdown;
 use super::transport::Transport;
 

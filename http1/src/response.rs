@@ -10,7 +10,7 @@ use std::io::Write;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::{HeaderName, HeaderValue, StatusCode};
 
-use crate::head_writer::BodyFraming;
+use crate::head_writer::{BodyFraming, Persistence, encode_status_line};
 
 pub struct Response {
     pub status: StatusCode,
@@ -162,48 +162,11 @@ pub mod date {
     }
 }
 
-/// What the `Connection` header of a response says about the connection after it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Persistence {
-    /// HTTP/1.1's default: the connection stays open, nothing to say.
-    Implicit,
-    /// An HTTP/1.0 client that asked for keep-alive must hear it confirmed.
-    KeepAlive,
-    Close,
-}
-
-impl Persistence {
-    pub fn encode(self, dst: &mut BytesMut) {
-        if let Some(value) = self.value() {
-            dst.put_slice(b"connection: ");
-            dst.put_slice(value.as_bytes());
-            dst.put_slice(b"\r\n");
-        }
-    }
-
-    /// The `Connection` value that says it, if one must be sent.
-    pub fn value(self) -> Option<&'static str> {
-        match self {
-            Persistence::Implicit => None,
-            Persistence::KeepAlive => Some("keep-alive"),
-            Persistence::Close => Some("close"),
-        }
-    }
-}
-
 /// Whether a response with this status may carry a body and a `content-length`.
 pub fn allows_length(status: StatusCode) -> bool {
     !(status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED)
-}
-
-pub fn encode_status_line(status: StatusCode, dst: &mut BytesMut) {
-    dst.put_slice(b"HTTP/1.1 ");
-    dst.put_slice(status.as_str().as_bytes());
-    dst.put_u8(b' ');
-    dst.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
-    dst.put_slice(b"\r\n");
 }
 
 #[cfg(test)]

@@ -18,8 +18,9 @@ use tracing::{debug, error};
 
 use super::conn::{Conn, read_into};
 use super::head::{HeadDecoder, HeadError, recycle_headers};
+use super::head_writer::Persistence;
 use super::request::Request;
-use super::response::{Persistence, Response};
+use super::response::Response;
 use crate::error::Error;
 use crate::shutdown::Shutdown;
 use crate::tls::ServerTls;
