@@ -39,11 +39,11 @@ use monoio_compat::StreamWrapper;
 use tracing::debug;
 
 use crate::conn::read_into;
+use crate::handler::{DRAIN_QUIET, Handler, Limits, answer};
 use crate::head::{Framing, h2_request_head};
 use crate::head_writer::{BodyFraming, HeadWriter, Unwritable};
 use crate::request::{BodyError, Request};
 use crate::response::Response;
-use crate::server::{DRAIN_QUIET, Handler, Limits, answer};
 use crate::shutdown::Shutdown;
 use crate::transport::Transport;
 

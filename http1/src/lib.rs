@@ -18,6 +18,7 @@ mod driver;
 pub mod error;
 #[cfg(feature = "h2")]
 mod h2;
+mod handler;
 mod head;
 mod head_writer;
 mod header_names;
@@ -39,6 +40,7 @@ pub use conn::{read_into, write_all_within};
 pub use driver::{DriverKind, io_uring_runtime};
 #[cfg(feature = "h2")]
 pub use h2::h2_builder;
+pub use handler::{Handler, Http2, Limits};
 #[cfg(feature = "h2")]
 pub use head::h2_request_head;
 pub use head::{
@@ -53,7 +55,7 @@ pub use pinboard_protocol::path::{remove_dot_segments, splits_when_decoded};
 pub use request::{BodyError, Request, Upgraded};
 pub use response::Response;
 pub use response::date::value as current_date;
-pub use server::{Handler, Http2, Limits, serve_connection};
+pub use server::serve_connection;
 pub use shutdown::{Parting, Shutdown};
 pub use transport::Transport;
 pub use ws_frames::{FrameBoundaries, close_frame};

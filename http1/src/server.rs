@@ -4,100 +4,30 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use futures_util::FutureExt;
 use http::{StatusCode, Version};
 use monoio::io::stream::Stream;
 use monoio::io::{AsyncWriteRent, Splitable};
 use monoio::net::TcpStream;
 use monoio_codec::FramedRead;
-use tracing::{debug, error};
+use tracing::debug;
 
 use super::conn::{Conn, read_into};
+use super::handler::{DRAIN_QUIET, Handler, Limits, answer};
 use super::head::{HeadDecoder, HeadError, recycle_headers};
 use super::head_writer::Persistence;
 use super::request::Request;
 use super::response::Response;
-use crate::error::Error;
 use crate::shutdown::Shutdown;
 use crate::tls::ServerTls;
 use crate::transport::Transport;
-
-/// Bounds on what one client connection may cost.
-#[derive(Clone, Debug)]
-pub struct Limits {
-    /// Time allowed for a whole request head once its first byte arrived, and for each read of
-    /// a request body.
-    pub header_timeout: Duration,
-    /// Time an idle keep-alive connection is kept waiting for its next request.
-    pub idle_timeout: Duration,
-    pub max_header_bytes: usize,
-    /// Time a client may take no bytes of its answer before the connection is closed.
-    pub write_timeout: Duration,
-    /// Which clients may speak HTTP/2, and how many streams one connection may have open.
-    pub http2: Http2,
-}
-
-/// HTTP/2 to clients (served with the `h2` feature; without it, never). Over TLS the
-/// listener's ALPN decides (`tls::ServerTls::load`'s `h2`), not this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Http2 {
-    /// Taken by prior knowledge (h2c: a connection that starts with HTTP/2's preface) on a
-    /// plain one.
-    pub cleartext: bool,
-    /// Streams one connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`).
-    pub max_streams: u32,
-}
-
-impl Http2 {
-    /// HTTP/1.1 only (a worker behind the node).
-    pub const OFF: Http2 = Http2 {
-        cleartext: false,
-        max_streams: 128,
-    };
-}
 
 /// Unsent answers past which a connection stops reading pipelined requests until the client
 /// takes them: a client that pipelines and never reads costs at most this much (plus the
 /// answer being written), not what it sends.
 pub const OUTPUT_HIGH_WATER: usize = 64 * 1024;
-
-/// Once the core stops, how long a connection waiting for a request (since its accept or its
-/// last answer) is still given to send one. A client on a busy keep-alive connection sends its
-/// next request a moment after the last answer: closing under it would lose that request (a
-/// reset), so it is answered, with `Connection: close`. One quiet this long is closed, as the
-/// idle timeout closes connections, which clients expect.
-pub const DRAIN_QUIET: Duration = Duration::from_millis(500);
-
-/// What the node does with a request.
-pub trait Handler {
-    /// What the handler notes about a request while answering it (the node's access-log
-    /// record), handed back to [`Handler::answered`] once the answer is out. Made per request
-    /// on the connection task's stack.
-    type Note: Default;
-
-    fn handle(
-        &self,
-        req: &mut Request<'_>,
-        note: &mut Self::Note,
-    ) -> impl Future<Output = Result<Response, Error>>;
-
-    /// The answer to `req` is written (or queued behind pipelined ones): `sent` bytes went to
-    /// the client for it, head included. `response` is what was answered (for a relayed
-    /// answer, [`Response::relayed`] with the worker's status).
-    fn answered(&self, _note: Self::Note, _req: &Request<'_>, _response: &Response, _sent: u64) {}
-
-    /// An answer the connection gives before any request reached [`Handler::handle`] (a
-    /// malformed or too large head, a head that took too long): the handler may add to it.
-    fn refused(&self, _peer: SocketAddr, _response: &mut Response) {}
-
-    /// The connection's TLS handshake is done (once, before its first request is read; never on
-    /// a plain connection, nor when the handshake fails or times out).
-    fn secured(&self) {}
-}
 
 /// Serves one accepted connection until the client leaves, a limit is hit, or the core shuts
 /// down (in-flight requests finish first, answered with `Connection: close`; connections with
@@ -294,32 +224,6 @@ async fn serve_http1<H: Handler>(
                 linger(&mut conn).await;
             }
             return;
-        }
-    }
-}
-
-/// The handler's answer to `req`: what it returned, or a 500 `internal error` when it failed or
-/// panicked (logged). The one call of [`Handler::handle`], whichever protocol the request
-/// came by.
-pub(crate) async fn answer<H: Handler>(
-    handler: &H,
-    req: &mut Request<'_>,
-    note: &mut H::Note,
-) -> Response {
-    let peer = req.peer;
-    match AssertUnwindSafe(handler.handle(req, note))
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
-            error!(%peer, path = req.path(), error = %e, "request failed");
-            Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-        }
-        Err(_) => {
-            // The panic hook has already printed the message and location.
-            error!(%peer, path = req.path(), "request handler panicked");
-            Response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
     }
 }
