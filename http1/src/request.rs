@@ -5,6 +5,10 @@
 //! The body is not read until a handler asks for it, and then chunk by chunk (off the
 //! connection's read buffer, or the stream's `DATA` frames), so a proxied upload streams and a
 //! capped JSON body is refused from its declared length without reading it into memory.
+//! HTTP/1.1's wire is [`H1`] here; an HTTP/2 stream's is [`h2_stream::Stream`].
+
+#[cfg(feature = "h2")]
+pub(crate) mod h2_stream;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -81,7 +85,7 @@ pub struct Request<'c> {
 enum Wire<'c> {
     H1(H1<'c>),
     #[cfg(feature = "h2")]
-    H2(&'c mut crate::h2::Stream),
+    H2(&'c mut h2_stream::Stream),
 }
 
 /// An HTTP/1.1 request's connection and where its body is.
@@ -143,7 +147,7 @@ impl<'c> Request<'c> {
         head: http::request::Parts,
         framing: Framing,
         peer: SocketAddr,
-        stream: &'c mut crate::h2::Stream,
+        stream: &'c mut h2_stream::Stream,
         shutdown: &'c Shutdown,
         read_timeout: Duration,
     ) -> Request<'c> {
