@@ -6,11 +6,14 @@
 //!
 //! The name is put in by the formatter, not by a span each thread would have to enter: text
 //! lines get it after the event's fields ([`NodeFields`], no copy), JSON lines as their first
-//! member ([`JsonWithNode`], one copy of the line through a per-thread buffer).
+//! member ([`JsonWithNode`], one copy of the line through a per-thread buffer). Lines said
+//! once per key remember their keys in a [`SaidOnce`].
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::OnceLock;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Mutex, OnceLock};
 
 use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -173,6 +176,30 @@ where
             self.inner.format_event(ctx, Writer::new(line), event)?;
             self.write_line(line, &mut writer)
         })
+    }
+}
+
+/// The keys whose line was said (a heartbeat refusal's, per session and reason), so that it is
+/// said once: at most [`SaidOnce::MAX`], all forgotten at once when full (a line is then said
+/// again, once). Shared by the cores; its lock is taken only when such a line is due, never on
+/// the data plane.
+#[derive(Default)]
+pub struct SaidOnce {
+    seen: Mutex<HashSet<u64>>,
+}
+
+impl SaidOnce {
+    const MAX: usize = 4096;
+
+    /// Whether (`key`, `why`) is new, remembering it.
+    pub fn first(&self, key: &[u8], why: &str) -> bool {
+        let mut hasher = DefaultHasher::new();
+        (key, why).hash(&mut hasher);
+        let mut seen = self.seen.lock().expect("refusals lock");
+        if seen.len() >= Self::MAX {
+            seen.clear();
+        }
+        seen.insert(hasher.finish())
     }
 }
 

@@ -49,7 +49,7 @@ pub struct Shared {
     /// The registry as the mirror poll last read it, for `/metrics`.
     pub mirror: crate::mirror::Mirror,
     /// The heartbeat refusals already logged ([`crate::registry::HeartbeatRefusal`]).
-    pub heartbeat_refusals: crate::registry::SaidOnce,
+    pub heartbeat_refusals: crate::logs::SaidOnce,
     pub tls: NodeTls,
     /// Connections per client address (`limits.max_connections_per_ip`).
     pub client_connections: Arc<ConnectionTable>,
@@ -134,7 +134,7 @@ impl Shared {
             last_quarantine_ms: AtomicU64::new(0),
             sweeps: SweepCounters::default(),
             mirror: crate::mirror::Mirror::default(),
-            heartbeat_refusals: crate::registry::SaidOnce::default(),
+            heartbeat_refusals: crate::logs::SaidOnce::default(),
         }
     }
 

@@ -2,9 +2,6 @@
 //! draining and degraded into every bucket, deliver control messages until acked. A heartbeat
 //! refused 401 or 403 is logged once per credential or session ([`HeartbeatRefusal`]).
 
-use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -80,28 +77,6 @@ impl HeartbeatRefusal<'_> {
                 "heartbeat refused"
             );
         }
-    }
-}
-
-/// The keys whose heartbeat refusal was said: at most [`SaidOnce::MAX`], all forgotten at
-/// once when full (a refusal is then said again, once).
-#[derive(Default)]
-pub struct SaidOnce {
-    seen: Mutex<HashSet<u64>>,
-}
-
-impl SaidOnce {
-    const MAX: usize = 4096;
-
-    /// Whether (`key`, `why`) is new, remembering it.
-    fn first(&self, key: &[u8], why: &str) -> bool {
-        let mut hasher = DefaultHasher::new();
-        (key, why).hash(&mut hasher);
-        let mut seen = self.seen.lock().expect("refusals lock");
-        if seen.len() >= Self::MAX {
-            seen.clear();
-        }
-        seen.insert(hasher.finish())
     }
 }
 

@@ -18,7 +18,7 @@ use crate::passport::{Credential, RouteClaim};
 use crate::store::{Drain, Session};
 
 pub use deregister::deregister;
-pub use heartbeat::{HeartbeatRefusal, SaidOnce, heartbeat};
+pub use heartbeat::{HeartbeatRefusal, heartbeat};
 pub use register::register;
 pub use release::{release, schedule, tag};
 
