@@ -300,7 +300,7 @@ impl Core {
     pub async fn watch_redis(&self, every: Duration, stop: impl Future<Output = ()>) {
         let mut stop = std::pin::pin!(stop);
         loop {
-            let reached = self.store.redis.reaches_redis();
+            let reached = self.store.redis.reachable();
             self.shared.redis_reached[self.index].store(reached, Ordering::Relaxed);
             monoio::select! {
                 _ = &mut stop => return,

@@ -121,7 +121,7 @@ impl Redis {
 
     /// Whether a command without a key would be sent now: single server, the connection is
     /// up; cluster, some master is connected (a partial outage answers for its slots alone).
-    pub fn reaches_redis(&self) -> bool {
+    pub fn reachable(&self) -> bool {
         match &*self.backend {
             Backend::Single { node, .. } => node.is_connected(),
             Backend::Cluster(cluster) => cluster.reaches_any(),
