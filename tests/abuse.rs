@@ -12,18 +12,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::fleet::Fixture;
-use support::http::{Client, get, tight_client};
+use support::http::{Client, get, is_timeout, tight_client};
 use support::node::{eventually, token};
 use support::worker::Serve;
 
 const HEADER_TIMEOUT: (&str, &str) = ("PINBOARD_HTTP__HEADER_TIMEOUT_MS", "500");
-
-fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-    )
-}
 
 /// Writes `head`, then `piece` over and over (for at most 8 s, or `total` bytes of pieces)
 /// on another thread, until the node stops taking them; the thread returns what went out.

@@ -16,7 +16,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::http::Io;
+use super::http::{Io, is_timeout};
 
 /// What a client sends first (RFC 9113 §3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -608,8 +608,4 @@ fn frame_ack() -> Vec<u8> {
 /// A `WINDOW_UPDATE` giving `stream` (0: the connection) `n` more bytes.
 pub fn frame_update(stream: u32, n: u32) -> Vec<u8> {
     frame(WINDOW_UPDATE, 0, stream, &n.to_be_bytes())
-}
-
-fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }

@@ -157,14 +157,7 @@ impl Client {
             match self.io.read(&mut chunk) {
                 Ok(0) => break Some(std::mem::take(&mut self.buf)),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    break None;
-                }
+                Err(e) if is_timeout(&e) => break None,
                 // A reset is no clean end: what was sent before it may be lost.
                 Err(e) => panic!("connection failed instead of closing: {e}"),
             }
@@ -192,8 +185,7 @@ impl Client {
                 n
             }
             Err(e) => {
-                use std::io::ErrorKind::{TimedOut, WouldBlock};
-                if !matches!(e.kind(), WouldBlock | TimedOut) {
+                if !is_timeout(&e) {
                     eprintln!("test http client: read failed: {e} ({:?})", e.kind());
                 }
                 0
@@ -274,4 +266,13 @@ pub fn tight_client(addr: SocketAddr) -> TcpStream {
         .set_write_timeout(Some(Duration::from_secs(2)))
         .unwrap();
     stream
+}
+
+/// Whether a read failed only because its timeout ran out (a socket with a read timeout says
+/// `WouldBlock` or `TimedOut`, by platform).
+pub fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
