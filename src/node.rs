@@ -54,7 +54,8 @@ pub struct Shared {
     /// Connections per client address (`limits.max_connections_per_ip`).
     pub client_connections: Arc<ConnectionTable>,
     /// Per core: whether its Redis client had a connection when it last looked (see
-    /// [`Core::watch_redis`]); each written by its core, read by every core's `/readyz`.
+    /// [`Core::watch_redis`]); each written by its core, read by every core's `/readyz` and
+    /// by `/metrics` (`pinboard_redis_connected`).
     pub redis_reached: Box<[AtomicBool]>,
 }
 
@@ -173,6 +174,13 @@ impl Shared {
 
     pub fn is_serving(&self) -> bool {
         self.standing() == Standing::Serving
+    }
+
+    /// Per core, in order: whether it reached Redis when it last looked.
+    pub fn cores_reaching_redis(&self) -> Vec<bool> {
+        (self.redis_reached.iter())
+            .map(|reached| reached.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// Whether every core but `except` reached Redis when it last looked.

@@ -296,6 +296,34 @@ fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() 
         })
         .collect();
     assert!(statuses.contains(&200), "{statuses:?}");
+    // `/metrics` names the core (a scrape the cut-off core takes may fail to read the fleet).
+    let ops = token("ops", &["pinboard:operator"], &["*"]);
+    let connected = || {
+        let r = get(f.node.addr, "/metrics", Some(&ops));
+        let text = r.text();
+        (r.status == 200).then(|| {
+            (0..2)
+                .map(|core| {
+                    let sample = format!("pinboard_redis_connected{{core=\"{core}\"}} ");
+                    let line = text.lines().find(|l| l.starts_with(&sample));
+                    line.unwrap_or_else(|| panic!("no {sample}in\n{text}"))[sample.len()..]
+                        .to_owned()
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let mut cut_off = None;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            cut_off = connected();
+            cut_off.is_some()
+        }),
+        "{}",
+        f.node.log()
+    );
+    let mut cut_off = cut_off.unwrap();
+    cut_off.sort();
+    assert_eq!(cut_off, ["0", "1"]);
 
     // Room again: the core reconnects by itself, and the node is ready and serves on every core.
     assert_eq!(held.ask("CONFIG SET maxclients 10000"), "OK");
@@ -304,4 +332,6 @@ fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() 
         let r = get(f.node.addr, &format!("/threads/c{i}"), None);
         assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());
     }
+    assert!(eventually(Duration::from_secs(2), || connected()
+        .is_some_and(|c| c == ["1", "1"])));
 }

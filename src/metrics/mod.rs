@@ -430,6 +430,8 @@ pub struct Snapshot {
     pub connections_refused: Vec<(&'static str, u64)>,
     pub uptime_secs: f64,
     pub serving: bool,
+    /// Per core, by index: whether its Redis client had a connection (read every 50 ms).
+    pub redis_connected: Vec<bool>,
     /// New placements this node's data plane made.
     pub placements: u64,
     /// New placements strict mode released: the replicas did not acknowledge them in time.
@@ -541,6 +543,7 @@ impl Collector for Snapshot {
             )?)?;
         }
         self.encode_requests(&mut encoder)?;
+        self.encode_redis_connected(&mut encoder)?;
         self.encode_fleet(&mut encoder)?;
         self.encode_workers(&mut encoder)?;
         let gauges = [
@@ -629,6 +632,25 @@ impl Snapshot {
                 ConstGauge::new(n as i64)
                     .encode(family.encode_family(&[("worker", url.as_str())])?)?;
             }
+        }
+        Ok(())
+    }
+
+    /// One sample per core: 1 while its Redis client has a connection.
+    fn encode_redis_connected(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "pinboard_redis_connected",
+            "1 while this core's Redis client has a connection (with Redis Cluster: to at least one master), read every 50 ms; a core at 0 answers its requests 503 and the node's /readyz 503",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (core, connected) in self.redis_connected.iter().enumerate() {
+            let core = core.to_string();
+            ConstGauge::new(i64::from(*connected))
+                .encode(family.encode_family(&[("core", core.as_str())])?)?;
         }
         Ok(())
     }
@@ -787,6 +809,7 @@ mod tests {
             connections_refused: vec![("per_ip", 1)],
             uptime_secs: 1.5,
             serving: true,
+            redis_connected: vec![true, false],
             placements: 6,
             strict_wait_failures: 1,
             sweeps: 4,
@@ -837,6 +860,9 @@ mod tests {
         );
         assert!(text.contains("pinboard_resolutions_total{outcome=\"forward\"} 3\n"));
         assert!(text.contains("# TYPE pinboard_connections gauge\n"));
+        assert!(text.contains(
+            "pinboard_redis_connected{core=\"0\"} 1\npinboard_redis_connected{core=\"1\"} 0\n"
+        ));
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"));
         let open = render(snapshot(), Format::OpenMetrics).unwrap();
         assert!(open.contains("# TYPE pinboard_resolutions counter\n"));

@@ -49,6 +49,7 @@ pub async fn scrape(core: &Core, req: &Request<'_>) -> Response {
         connections_refused: metrics::connections_refused(&shared.counters),
         uptime_secs: shared.started.elapsed().as_secs_f64(),
         serving: shared.is_serving(),
+        redis_connected: shared.cores_reaching_redis(),
         placements: metrics::new_placements(&shared.counters),
         strict_wait_failures: metrics::strict_wait_failures(&shared.counters),
         sweeps: shared.sweeps.passes.load(Ordering::Relaxed),
