@@ -1,5 +1,6 @@
-# Helpers the load benches share (scripts/bench, scripts/bench-h2), sourced after `set -euo
-# pipefail`: free ports, waiting for a process to come up, and the CPU a process used.
+# Shell helpers the scripts share (the benches, scripts/run, scripts/check-package), sourced
+# after `set -euo pipefail`: free ports, waiting for a process to come up, and the CPU a process
+# used.
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
