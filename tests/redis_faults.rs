@@ -304,12 +304,11 @@ fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() 
         (r.status == 200).then(|| {
             (0..2)
                 .map(|core| {
-                    let sample = format!("pinboard_redis_connected{{core=\"{core}\"}} ");
-                    let line = text.lines().find(|l| l.starts_with(&sample));
-                    line.unwrap_or_else(|| panic!("no {sample}in\n{text}"))[sample.len()..]
-                        .to_owned()
+                    let sample = format!("pinboard_redis_connected{{core=\"{core}\"}}");
+                    support::metric(&text, &sample)
+                        .unwrap_or_else(|| panic!("no {sample} in\n{text}"))
                 })
-                .collect::<Vec<_>>()
+                .collect::<Vec<f64>>()
         })
     };
     let mut cut_off = None;
@@ -322,8 +321,8 @@ fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() 
         f.node.log()
     );
     let mut cut_off = cut_off.unwrap();
-    cut_off.sort();
-    assert_eq!(cut_off, ["0", "1"]);
+    cut_off.sort_by(f64::total_cmp);
+    assert_eq!(cut_off, [0.0, 1.0]);
 
     // Room again: the core reconnects by itself, and the node is ready and serves on every core.
     assert_eq!(held.ask("CONFIG SET maxclients 10000"), "OK");
@@ -333,5 +332,5 @@ fn one_core_cut_off_from_redis_makes_the_node_unready_whichever_core_is_asked() 
         assert_eq!(r.status, 200, "{}\n{}", r.text(), f.node.log());
     }
     assert!(eventually(Duration::from_secs(2), || connected()
-        .is_some_and(|c| c == ["1", "1"])));
+        .is_some_and(|c| c == [1.0, 1.0])));
 }
