@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::Error;
-use crate::fleet::{Standing, StandingFlag};
+use crate::fleet::StandingFlag;
 use crate::http::Shutdown;
 use crate::metrics::FleetView;
 use crate::store::Store;
@@ -113,7 +113,7 @@ pub async fn keep_polling(
     let mut failing = false;
     while !shutdown.is_fired() {
         // Not serving: looked at again soon, to poll soon after the first claim.
-        let wait = if standing.get() == Standing::Serving {
+        let wait = if standing.is_serving() {
             failing = poll(store, config.hostname_aware, mirror, failing).await;
             every
         } else {

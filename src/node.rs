@@ -173,7 +173,7 @@ impl Shared {
     }
 
     pub fn is_serving(&self) -> bool {
-        self.standing() == Standing::Serving
+        self.standing.is_serving()
     }
 
     /// Per core, in order: whether it reached Redis when it last looked.

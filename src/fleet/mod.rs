@@ -74,6 +74,10 @@ impl StandingFlag {
         }
     }
 
+    pub fn is_serving(&self) -> bool {
+        self.get() == Standing::Serving
+    }
+
     fn set(&self, standing: Standing) {
         self.0.store(standing as u8, Ordering::Relaxed);
     }
